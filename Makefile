@@ -1,0 +1,35 @@
+# macaron-ray: `make serve` runs the embedded default, `make test` runs every test tier.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MACARON := $(VENV)/bin/macaron
+
+.PHONY: install model serve test test-unit test-e2e bench-routing adapters clean
+
+install:
+	@scripts/install.sh
+
+model: install
+	@$(MACARON) models prepare >/dev/null
+
+serve: install model
+	$(MACARON) serve
+
+# Every tier; the e2e tier starts real vLLM CPU engines, one at a time.
+test: install model
+	$(PY) -m pytest tests -p no:cacheprovider
+
+test-unit: install
+	$(PY) -m pytest tests/unit -p no:cacheprovider
+
+test-e2e: install model
+	$(PY) -m pytest tests/e2e -p no:cacheprovider
+
+bench-routing: install model
+	$(MACARON) bench routing
+
+# Rebuilds the committed adapters (minutes of CPU); `make serve` never trains.
+adapters: install model
+	$(MACARON) adapters train
+
+clean:
+	rm -rf $(VENV) .bench

@@ -1,0 +1,392 @@
+"""Routing data for L0, generated from templates and wordings, split by both.
+
+A routing example is a user message and its canonical label. It is made from a
+*template* (a sentence frame of one class and one language, with slots) and a
+*wording* (the slot values plus a wrapper such as "Hey, {}"). Templates, slot
+values and wrappers are each split once into train and held-out parts, and an
+example draws all three from the same part: a held-out example therefore uses a
+sentence frame, slot values and a wrapper that no training example uses, so
+held-out accuracy measures generalization rather than memory.
+
+Generation is a pure function of the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+from dataclasses import dataclass
+from typing import Literal
+
+from macaron_ray.specialists.labels import LABELS
+
+Split = Literal["train", "heldout"]
+
+# (label, language, frame). Order matters: the split is by position (see _split_of).
+TEMPLATES: list[tuple[str, str, str]] = [
+    # L0: chat. Small talk, feelings, opinions, advice, knowledge, stories.
+    ("L0", "en", "What do you think about {topic}?"),
+    ("L0", "en", "Can you explain how {topic} works?"),
+    ("L0", "en", "I'm feeling {feeling} today, can we just talk for a bit?"),
+    ("L0", "en", "Tell me a fun fact about {topic}."),
+    ("L0", "en", "Why do people care so much about {topic}?"),
+    ("L0", "en", "Give me some advice: I feel {feeling} about my job."),
+    ("L0", "en", "Write a short poem about {topic}."),
+    ("L0", "en", "How was your day? Mine was {feeling}."),
+    ("L0", "en", "What's the difference between {topic} and {topic2}?"),
+    ("L0", "en", "Tell me a bedtime story about {topic}."),
+    ("L0", "en", "Is it normal to feel {feeling} on a Sunday evening?"),
+    ("L0", "en", "Who invented {topic}?"),
+    ("L0", "en", "Recommend a good book about {topic}."),
+    ("L0", "en", "Do you have any thoughts on {topic}? Just curious."),
+    ("L0", "en", "Summarize the history of {topic} in a few sentences."),
+    ("L0", "en", "I'm {feeling}. Any tips to relax?"),
+    ("L0", "en", "Let's chat about {topic}."),
+    ("L0", "en", "What would you say is the most interesting thing about {topic}?"),
+    ("L0", "en", "Can you tell me a joke about {topic}?"),
+    ("L0", "en", "My friend says {topic} is overrated. Do you agree?"),
+    ("L0", "es", "¿Qué opinas de {topic}?"),
+    ("L0", "es", "Me siento {feeling}, ¿hablamos un rato?"),
+    ("L0", "es", "Explícame qué es {topic}."),
+    ("L0", "es", "Cuéntame algo curioso sobre {topic}."),
+    ("L0", "es", "¿Por qué es importante {topic}?"),
+    ("L0", "fr", "Que penses-tu de {topic} ?"),
+    ("L0", "fr", "Je me sens {feeling}, on peut discuter ?"),
+    ("L0", "fr", "Explique-moi {topic} simplement."),
+    ("L0", "fr", "Raconte-moi une histoire sur {topic}."),
+    ("L0", "fr", "Pourquoi {topic} est-il si populaire ?"),
+    ("L0", "de", "Was hältst du von {topic}?"),
+    ("L0", "de", "Ich fühle mich {feeling}, können wir reden?"),
+    ("L0", "de", "Erklär mir bitte {topic}."),
+    ("L0", "de", "Erzähl mir etwas Interessantes über {topic}."),
+    ("L0", "de", "Warum mögen so viele Leute {topic}?"),
+    # L1: personal agent. Acting for the user in the world.
+    ("L1", "en", "Book a table for {n} at {restaurant} at {time}."),
+    ("L1", "en", "Schedule a meeting with {person} on {day} at {time}."),
+    ("L1", "en", "Remind me to {errand} {when}."),
+    ("L1", "en", "Send a message to {person} saying I'll be late."),
+    ("L1", "en", "Order {grocery} and {grocery2} for delivery {when}."),
+    ("L1", "en", "Cancel my appointment with {person} on {day}."),
+    ("L1", "en", "Book me a flight to {city} on {day}."),
+    ("L1", "en", "Pay my {bill} bill before {day}."),
+    ("L1", "en", "Call a taxi to {place} at {time}."),
+    ("L1", "en", "Add {errand} to my to-do list for {day}."),
+    ("L1", "en", "Email {person} the notes from today's meeting."),
+    ("L1", "en", "Find a hotel in {city} for {day} and book it."),
+    ("L1", "en", "Move my {time} call with {person} to {day}."),
+    ("L1", "en", "Set an alarm for {time} {when}."),
+    ("L1", "en", "Reserve two tickets for the concert in {city} on {day}."),
+    ("L1", "en", "Text {person} that dinner is at {time}."),
+    ("L1", "en", "What's on my calendar for {day}?"),
+    ("L1", "en", "Please reorder my usual {grocery} from the store."),
+    ("L1", "en", "Invite {person} to lunch on {day} and put it in my calendar."),
+    ("L1", "en", "Renew my library books before {day}."),
+    ("L1", "es", "Reserva una mesa para {n} en {restaurant} a las {time}."),
+    ("L1", "es", "Recuérdame {errand} {when}."),
+    ("L1", "es", "Envía un mensaje a {person} diciendo que llego tarde."),
+    ("L1", "es", "Pide {grocery} a domicilio para {day}."),
+    ("L1", "es", "Agenda una reunión con {person} el {day}."),
+    ("L1", "fr", "Réserve une table pour {n} chez {restaurant} à {time}."),
+    ("L1", "fr", "Rappelle-moi de {errand} {when}."),
+    ("L1", "fr", "Envoie un message à {person} pour dire que je serai en retard."),
+    ("L1", "fr", "Commande {grocery} pour {day}."),
+    ("L1", "fr", "Prends rendez-vous avec {person} le {day}."),
+    ("L1", "de", "Reserviere einen Tisch für {n} im {restaurant} um {time}."),
+    ("L1", "de", "Erinnere mich daran, {errand} {when}."),
+    ("L1", "de", "Schick {person} eine Nachricht, dass ich später komme."),
+    ("L1", "de", "Bestell {grocery} für {day}."),
+    ("L1", "de", "Vereinbare einen Termin mit {person} am {day}."),
+    # L2: coding. Code, shell, SQL, regex, errors.
+    ("L2", "en", "Write a {plang} function that {task}."),
+    ("L2", "en", "Why does my {plang} code throw {error}?"),
+    ("L2", "en", "Fix this bug: {snippet}"),
+    ("L2", "en", "How do I {shell} from the command line?"),
+    ("L2", "en", "Write a SQL query that {sql}."),
+    ("L2", "en", "Explain what this {plang} code does: {snippet}"),
+    ("L2", "en", "Write unit tests in {plang} for a function that {task}."),
+    ("L2", "en", "Give me a regex that matches {regex}."),
+    ("L2", "en", "Refactor this {plang} loop to be faster: {snippet}"),
+    ("L2", "en", "I get {error} when I run my script, what's wrong?"),
+    ("L2", "en", "Implement a class in {plang} that {task}."),
+    ("L2", "en", "Convert this {plang} snippet to {plang2}: {snippet}"),
+    ("L2", "en", "What's the time complexity of a function that {task}?"),
+    ("L2", "en", "Write a bash script that {shell_task}."),
+    ("L2", "en", "My {plang} build fails with {error}. How do I fix it?"),
+    ("L2", "en", "Show me how to {task_verb} in {plang}."),
+    ("L2", "en", "Debug this: {snippet} gives {error}"),
+    ("L2", "en", "Optimize this SQL: SELECT * FROM orders WHERE {sql_cond}"),
+    ("L2", "en", "Code review my {plang} function: {snippet}"),
+    ("L2", "en", "How can I {shell} with git?"),
+    ("L2", "es", "Escribe una función en {plang} que {task_es}."),
+    ("L2", "es", "¿Por qué mi código de {plang} da {error}?"),
+    ("L2", "es", "Corrige este error: {snippet}"),
+    ("L2", "es", "¿Cómo hago para {shell} en la terminal?"),
+    ("L2", "es", "Escribe una consulta SQL que {sql}."),
+    ("L2", "fr", "Écris une fonction {plang} qui {task_fr}."),
+    ("L2", "fr", "Pourquoi mon code {plang} lève {error} ?"),
+    ("L2", "fr", "Corrige ce bug : {snippet}"),
+    ("L2", "fr", "Comment {shell} en ligne de commande ?"),
+    ("L2", "fr", "Écris une requête SQL qui {sql}."),
+    ("L2", "de", "Schreib eine {plang}-Funktion, die {task_de}."),
+    ("L2", "de", "Warum wirft mein {plang}-Code {error}?"),
+    ("L2", "de", "Behebe diesen Fehler: {snippet}"),
+    ("L2", "de", "Wie kann ich im Terminal {shell}?"),
+    ("L2", "de", "Schreib eine SQL-Abfrage, die {sql}."),
+    # L3: generative UI. Interactive components to look at and use.
+    ("L3", "en", "Make an interactive chart of {data}."),
+    ("L3", "en", "Build a form to {form_goal}."),
+    ("L3", "en", "Create a card that shows {data}."),
+    ("L3", "en", "Design a dashboard widget for {data}."),
+    ("L3", "en", "Show {data} as a bar chart I can hover over."),
+    ("L3", "en", "Generate a UI component with a slider for {control}."),
+    ("L3", "en", "Render a table view of {data} with sortable columns."),
+    ("L3", "en", "I want a little widget with buttons to {control}."),
+    ("L3", "en", "Turn {data} into a pie chart card."),
+    ("L3", "en", "Create a signup form with fields for {fields}."),
+    ("L3", "en", "Make a countdown timer card for {event}."),
+    ("L3", "en", "Build an interactive checklist UI for {event}."),
+    ("L3", "en", "Visualize {data} as a line chart component."),
+    ("L3", "en", "Give me a dashboard with tiles for {data}."),
+    ("L3", "en", "Create a rating widget with stars for {event}."),
+    ("L3", "en", "Lay out {data} as a grid of cards with images."),
+    ("L3", "en", "Make a toggle panel to {control}."),
+    ("L3", "en", "Draw a progress bar card for {data}."),
+    ("L3", "en", "Create an input form to {form_goal} with a submit button."),
+    ("L3", "en", "Build a small calendar UI card highlighting {event}."),
+    ("L3", "es", "Haz un gráfico interactivo de {data}."),
+    ("L3", "es", "Crea un formulario para {form_goal}."),
+    ("L3", "es", "Diseña una tarjeta que muestre {data}."),
+    ("L3", "es", "Crea un widget con botones para {control}."),
+    ("L3", "es", "Muestra {data} en un panel con gráficos."),
+    ("L3", "fr", "Fais un graphique interactif de {data}."),
+    ("L3", "fr", "Crée un formulaire pour {form_goal}."),
+    ("L3", "fr", "Conçois une carte qui affiche {data}."),
+    ("L3", "fr", "Crée un widget avec des boutons pour {control}."),
+    ("L3", "fr", "Affiche {data} dans un tableau de bord."),
+    ("L3", "de", "Erstelle ein interaktives Diagramm von {data}."),
+    ("L3", "de", "Bau ein Formular, um {form_goal}."),
+    ("L3", "de", "Gestalte eine Karte, die {data} zeigt."),
+    ("L3", "de", "Erstelle ein Widget mit Knöpfen, um {control}."),
+    ("L3", "de", "Zeig {data} in einem Dashboard an."),
+]
+
+_EN_TOPICS = ["black holes", "jazz music", "the Roman empire", "coffee", "photosynthesis",
+              "the moon landing", "origami", "volcanoes", "chess", "honeybees", "impressionist painting",
+              "the Olympics", "dinosaurs", "tea ceremonies", "rainbows", "the printing press"]
+_EN_FEELINGS = ["tired", "happy", "anxious", "bored", "excited", "lonely", "stressed", "grateful"]
+
+# Slot pools by language ("*" for any language). Split by position (see _split_of).
+SLOTS: dict[str, dict[str, list[str]]] = {
+    "topic": {
+        "en": _EN_TOPICS,
+        "es": ["la música", "el café", "los volcanes", "la historia de Roma", "el ajedrez",
+               "las abejas", "la luna", "el fútbol"],
+        "fr": ["la musique", "le café", "les volcans", "la Révolution française", "les échecs",
+               "les abeilles", "la lune", "le cinéma"],
+        "de": ["Musik", "Kaffee", "Vulkane", "das Römische Reich", "Schach",
+               "Bienen", "den Mond", "Fußball"],
+    },
+    "topic2": {"en": list(reversed(_EN_TOPICS))},
+    "feeling": {
+        "en": _EN_FEELINGS,
+        "es": ["cansado", "feliz", "triste", "aburrido", "nervioso", "contento", "solo", "agotado"],
+        "fr": ["fatigué", "heureux", "triste", "stressé", "seul", "content", "anxieux", "épuisé"],
+        "de": ["müde", "glücklich", "traurig", "gestresst", "einsam", "froh", "nervös", "erschöpft"],
+    },
+    "n": {"*": ["two", "four", "3", "six", "5", "2", "8", "a party of seven"]},
+    "restaurant": {"*": ["Luigi's", "the Blue Lotus", "Casa Pepe", "Sakura", "the Green Fork",
+                         "Chez Marie", "Golden Dragon", "Bistro 21"]},
+    "time": {"*": ["7pm", "12:30", "8 o'clock", "19:00", "noon", "6:45", "9am", "20:15"]},
+    "person": {"*": ["Anna", "my boss", "Dr. Patel", "Tom", "Mom", "Lucia", "the landlord", "Kenji"]},
+    "day": {"*": ["Monday", "tomorrow", "Friday", "the 14th", "next Tuesday", "Saturday",
+                  "Dec 3", "Thursday"]},
+    "when": {"*": ["tonight", "tomorrow morning", "in an hour", "at 5pm", "on Sunday",
+                   "next week", "every Monday", "after lunch"]},
+    "errand": {
+        "en": ["buy milk", "call the plumber", "water the plants", "pick up the dry cleaning",
+               "take my pills", "renew my passport", "feed the cat", "return the parcel"],
+        "es": ["comprar leche", "llamar al fontanero", "regar las plantas", "sacar la basura",
+               "tomar las pastillas", "pagar el alquiler", "dar de comer al gato", "ir al banco"],
+        "fr": ["acheter du lait", "appeler le plombier", "arroser les plantes", "sortir les poubelles",
+               "prendre mes médicaments", "payer le loyer", "nourrir le chat", "aller à la poste"],
+        "de": ["Milch zu kaufen", "den Klempner anzurufen", "die Pflanzen zu gießen", "den Müll rauszubringen",
+               "meine Tabletten zu nehmen", "die Miete zu zahlen", "die Katze zu füttern", "zur Post zu gehen"],
+    },
+    "grocery": {"*": ["eggs", "oat milk", "bananas", "rice", "coffee beans", "bread", "tomatoes", "pasta"]},
+    "grocery2": {"*": ["butter", "apples", "cheese", "yogurt", "onions", "tea", "olive oil", "lemons"]},
+    "city": {"*": ["Lisbon", "Tokyo", "Berlin", "Chicago", "Madrid", "Seoul", "Paris", "Toronto"]},
+    "bill": {"*": ["electricity", "phone", "water", "internet", "gas", "credit card", "rent", "insurance"]},
+    "place": {"*": ["the airport", "the station", "downtown", "the office", "the hospital",
+                    "the hotel", "the stadium", "my home"]},
+    "plang": {"*": ["Python", "JavaScript", "Rust", "Go", "Java", "TypeScript", "C++", "Kotlin"]},
+    "plang2": {"*": ["Go", "TypeScript", "Python", "Rust", "C#", "Java", "Ruby", "Swift"]},
+    "task": {"*": ["reverses a string", "checks if a number is prime", "merges two sorted lists",
+                   "parses a CSV file", "counts word frequencies", "validates an email address",
+                   "flattens a nested list", "computes the factorial of n"]},
+    "task_es": {"*": ["invierta una cadena", "compruebe si un número es primo", "ordene una lista",
+                      "lea un archivo CSV", "cuente palabras", "valide un correo",
+                      "aplane una lista anidada", "calcule el factorial"]},
+    "task_fr": {"*": ["inverse une chaîne", "vérifie si un nombre est premier", "trie une liste",
+                      "lit un fichier CSV", "compte les mots", "valide un e-mail",
+                      "aplatit une liste", "calcule la factorielle"]},
+    "task_de": {"*": ["einen String umdreht", "prüft, ob eine Zahl prim ist", "eine Liste sortiert",
+                      "eine CSV-Datei liest", "Wörter zählt", "eine E-Mail prüft",
+                      "eine Liste abflacht", "die Fakultät berechnet"]},
+    "task_verb": {"*": ["read a JSON file", "make an HTTP request", "sort a dictionary by value",
+                        "spawn a thread", "handle exceptions", "write to a file",
+                        "use async/await", "connect to a database"]},
+    "error": {"*": ["a KeyError", "a NullPointerException", "'undefined is not a function'",
+                    "a segmentation fault", "an IndexError", "a TypeError", "'borrow of moved value'",
+                    "a stack overflow"]},
+    "snippet": {"*": ["for i in range(len(xs)): print(xs[i+1])", "let x = arr.map(a => a * 2",
+                      "if (x = 5) { return true; }", "def f(x): return x ++ 1",
+                      "SELECT name FROM users WHERE age > '30", "while true do print(i) end",
+                      "int[] a = new int[3]; a[3] = 1;", "fn main() { let v = vec![1]; drop(v); v.len(); }"]},
+    "shell": {"*": ["find large files", "list open ports", "undo the last commit", "kill a process by name",
+                    "count lines in all files", "compress a folder", "rename many files at once",
+                    "check disk usage"]},
+    "shell_task": {"*": ["backs up my home folder", "renames all .txt files", "monitors CPU usage",
+                         "deletes logs older than 7 days", "pings a list of hosts",
+                         "counts files by extension", "downloads a list of URLs", "rotates log files"]},
+    "sql": {"*": ["finds the top 5 customers by revenue", "counts orders per day",
+                  "joins users and orders", "finds duplicate emails", "computes a running total",
+                  "lists products never ordered", "gets the second highest salary",
+                  "groups sales by region"]},
+    "sql_cond": {"*": ["status = 'open'", "created_at > NOW() - INTERVAL 7 DAY", "customer_id IN (1,2,3)",
+                       "total > 100", "region LIKE 'EU%'", "paid = false", "YEAR(created_at) = 2026",
+                       "items > 3"]},
+    "regex": {"*": ["email addresses", "US phone numbers", "dates like 2026-12-01", "hex colors",
+                    "IPv4 addresses", "URLs", "postal codes", "words in all caps"]},
+    "data": {
+        "en": ["my monthly expenses", "the weekly weather forecast", "my running distances",
+               "sales by region", "my sleep hours this month", "team tasks by status",
+               "my reading list progress", "stock prices this week"],
+        "es": ["mis gastos del mes", "el tiempo de la semana", "las ventas por región",
+               "mis horas de sueño", "mis kilómetros corridos", "las tareas del equipo",
+               "mis lecturas", "los precios de la semana"],
+        "fr": ["mes dépenses du mois", "la météo de la semaine", "les ventes par région",
+               "mes heures de sommeil", "mes kilomètres courus", "les tâches de l'équipe",
+               "mes lectures", "les prix de la semaine"],
+        "de": ["meine monatlichen Ausgaben", "das Wetter der Woche", "die Umsätze nach Region",
+               "meine Schlafstunden", "meine Laufkilometer", "die Aufgaben des Teams",
+               "meine Leseliste", "die Preise dieser Woche"],
+    },
+    "form_goal": {
+        "en": ["collect event RSVPs", "report a bug", "book a yoga class", "submit an expense",
+               "sign up for the newsletter", "request time off", "rate our service", "order a custom cake"],
+        "es": ["confirmar asistencia", "reportar un error", "reservar una clase", "enviar un gasto",
+               "suscribirse al boletín", "pedir vacaciones", "valorar el servicio", "pedir una tarta"],
+        "fr": ["confirmer sa présence", "signaler un bug", "réserver un cours", "déclarer une dépense",
+               "s'inscrire à la newsletter", "demander un congé", "noter le service", "commander un gâteau"],
+        "de": ["Zusagen zu sammeln", "einen Fehler zu melden", "einen Kurs zu buchen", "Ausgaben einzureichen",
+               "den Newsletter zu abonnieren", "Urlaub zu beantragen", "den Service zu bewerten",
+               "eine Torte zu bestellen"],
+    },
+    "control": {
+        "en": ["adjust the thermostat", "pick a playlist volume", "set the brightness",
+               "choose a pizza size", "filter products by price", "switch light and dark mode",
+               "set a budget limit", "choose the number of guests"],
+        "es": ["ajustar el volumen", "elegir el tamaño", "cambiar el brillo", "filtrar por precio",
+               "cambiar el tema", "elegir invitados", "fijar un presupuesto", "elegir color"],
+        "fr": ["régler le volume", "choisir la taille", "changer la luminosité", "filtrer par prix",
+               "changer de thème", "choisir les invités", "fixer un budget", "choisir la couleur"],
+        "de": ["die Lautstärke einzustellen", "die Größe zu wählen", "die Helligkeit zu ändern",
+               "nach Preis zu filtern", "das Thema zu wechseln", "Gäste auszuwählen",
+               "ein Budget festzulegen", "die Farbe zu wählen"],
+    },
+    "fields": {"*": ["name and email", "username, password and birthday", "company and role",
+                     "phone number and address", "email and interests", "name, age and city",
+                     "team name and size", "email and country"]},
+    "event": {"*": ["my birthday party", "the product launch", "our wedding", "the marathon",
+                    "the school trip", "New Year's Eve", "the team offsite", "the exam week"]},
+}
+
+# Wrappers put a wording around a filled frame. Split by position (see _split_of).
+WRAPPERS: dict[str, list[str]] = {
+    "en": ["{}", "Hey, {}", "{} Thanks!", "Quick one: {}", "Could you help? {}", "{} please",
+           "hi! {}", "So, {}", "I need this: {}"],
+    "es": ["{}", "Hola, {}", "{} ¡Gracias!", "Una pregunta: {}", "Oye, {}", "{} por favor",
+           "Buenas, {}", "Necesito esto: {}", "Bueno, {}"],
+    "fr": ["{}", "Salut, {}", "{} Merci !", "Petite question : {}", "Dis, {}", "{} s'il te plaît",
+           "Bonjour, {}", "J'ai besoin de ça : {}", "Alors, {}"],
+    "de": ["{}", "Hallo, {}", "{} Danke!", "Kurze Frage: {}", "Hey, {}", "{} bitte",
+           "Moin, {}", "Ich brauche das: {}", "Also, {}"],
+}
+
+
+@dataclass(frozen=True)
+class RouteExample:
+    text: str
+    label: str
+    lang: str
+    split: Split
+    template_id: str
+    wording_id: str
+    """The slot values and wrapper this example was worded with."""
+
+
+def _split_of(index: int, period: int) -> Split:
+    """Every `period`-th item (counting from the second-last of each group) is held out."""
+    return "heldout" if index % period == period - 2 else "train"
+
+
+def template_split(index_in_group: int) -> Split:
+    """A template's split, by its position within its (label, language) group."""
+    return _split_of(index_in_group, 4)
+
+
+def slot_values(slot: str, lang: str, split: Split) -> list[str]:
+    pool = SLOTS[slot].get(lang) or SLOTS[slot].get("*") or SLOTS[slot]["en"]
+    return [v for i, v in enumerate(pool) if _split_of(i, 3) == split]
+
+
+def wrappers(lang: str, split: Split) -> list[str]:
+    # The bare "{}" comes first, so it is always a training wrapper.
+    return [w for i, w in enumerate(WRAPPERS[lang]) if _split_of(i, 3) == split]
+
+
+def template_groups() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(label, lang) -> [(template_id, frame)] in file order."""
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for label, lang, frame in TEMPLATES:
+        group = groups.setdefault((label, lang), [])
+        group.append((f"{label}-{lang}-{len(group):02d}", frame))
+    return groups
+
+
+def _slots_in(frame: str) -> list[str]:
+    return [name for _, name, _, _ in string.Formatter().parse(frame) if name]
+
+
+def generate(split: Split, per_label: int, seed: int) -> list[RouteExample]:
+    """`per_label` distinct examples per label from `split`'s templates and wordings."""
+    rng = random.Random(f"{seed}:{split}")
+    out: list[RouteExample] = []
+    groups = template_groups()
+    for label in LABELS:
+        frames = [(tid, lang, frame)
+                  for (lab, lang), group in groups.items() if lab == label
+                  for i, (tid, frame) in enumerate(group)
+                  if template_split(i) == split]
+        seen: set[str] = set()
+        attempts = 0
+        while len([e for e in out if e.label == label]) < per_label:
+            attempts += 1
+            if attempts > per_label * 200:
+                raise ValueError(f"cannot make {per_label} distinct {split} examples for {label}")
+            tid, lang, frame = frames[rng.randrange(len(frames))]
+            values = {s: rng.choice(slot_values(s, lang, split)) for s in _slots_in(frame)}
+            wrapper = rng.choice(wrappers(lang, split))
+            text = wrapper.format(frame.format(**values))
+            if text in seen:
+                continue
+            seen.add(text)
+            wording = "|".join(f"{k}={v}" for k, v in sorted(values.items())) + f"|wrap={wrapper}"
+            out.append(RouteExample(
+                text=text, label=label, lang=lang, split=split, template_id=tid,
+                wording_id=hashlib.sha256(wording.encode()).hexdigest()[:16],
+            ))
+    rng.shuffle(out)
+    return out
+

@@ -1,0 +1,89 @@
+"""`macaron bench routing`: L0 as the router on a real vLLM CPU engine, over the held-out split.
+
+Each held-out request is sent alone (no batching) to L0 under the production
+route request (structured-output choice over the canonical labels, 24-token
+budget, temperature 0). Route-hop latency is the client-side wall time of that
+request, after a warm-up that fills the routing prompt's prefix cache.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
+from macaron_ray.adapters.routing_data import RouteExample, generate
+from macaron_ray.bench.stats import percentile
+from macaron_ray.core.route_hop import parse_label, route_messages, route_sampling
+from macaron_ray.specialists.labels import LABELS
+
+HELDOUT_PER_LABEL = 60
+TARGETS = {"accuracy": 0.97, "per_class_accuracy": 0.95, "compliance": 1.0, "p50_s": 0.15}
+
+
+def route_once(client: httpx.Client, base_url: str, adapter_id: str, text: str) -> tuple[str, float]:
+    body = {"model": adapter_id, "messages": route_messages(text), **route_sampling()}
+    started = time.perf_counter()
+    resp = client.post(f"{base_url}/v1/chat/completions", json=body)
+    elapsed = time.perf_counter() - started
+    resp.raise_for_status()
+    return resp.json()["choices"][0]["message"]["content"] or "", elapsed
+
+
+def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmup: int = 4) -> dict:
+    confusion = {g: Counter() for g in LABELS}
+    latencies, compliant = [], 0
+    with httpx.Client(timeout=60.0) as client:
+        for ex in examples[:warmup]:
+            route_once(client, base_url, adapter_id, ex.text)
+        for ex in examples:
+            output, elapsed = route_once(client, base_url, adapter_id, ex.text)
+            latencies.append(elapsed)
+            label = parse_label(output)
+            compliant += label is not None
+            confusion[ex.label][label or "invalid"] += 1
+    n = len(examples)
+    correct = sum(confusion[g][g] for g in LABELS)
+    per_class = {g: confusion[g][g] / max(1, sum(confusion[g].values())) for g in LABELS}
+    result = {
+        "samples": n,
+        "accuracy": correct / n,
+        "per_class_accuracy": per_class,
+        "compliance": compliant / n,
+        "confusion": {g: {p: confusion[g][p] for p in [*LABELS, "invalid"]} for g in LABELS},
+        "latency_s": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+                      "mean": sum(latencies) / n},
+    }
+    result["targets"] = TARGETS
+    result["meets_targets"] = (result["accuracy"] >= TARGETS["accuracy"]
+                               and min(per_class.values()) >= TARGETS["per_class_accuracy"]
+                               and result["compliance"] >= TARGETS["compliance"]
+                               and result["latency_s"]["p50"] <= TARGETS["p50_s"])
+    return result
+
+
+def format_report(result: dict) -> str:
+    lines = [f"routing on {result['samples']} held-out samples",
+             f"  accuracy     {result['accuracy']:.2%}",
+             "  per class    " + "  ".join(f"{g} {a:.1%}" for g, a in result["per_class_accuracy"].items()),
+             f"  compliance   {result['compliance']:.2%} canonical labels",
+             f"  route hop    p50 {result['latency_s']['p50'] * 1000:.0f} ms, "
+             f"p99 {result['latency_s']['p99'] * 1000:.0f} ms",
+             "  confusion (gold -> predicted):",
+             "        " + " ".join(f"{p:>7}" for p in [*LABELS, "invalid"])]
+    for g, row in result["confusion"].items():
+        lines.append(f"    {g}  " + " ".join(f"{row[p]:>7}" for p in [*LABELS, "invalid"]))
+    lines.append(f"  targets met: {result['meets_targets']}")
+    return "\n".join(lines)
+
+
+def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0) -> dict:
+    adapter_id = Manifest.load(BUILT_DIR).adapter("L0").adapter_id
+    result = evaluate(base_url, adapter_id, generate("heldout", per_label, seed))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result

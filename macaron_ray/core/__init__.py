@@ -1,0 +1,1 @@
+"""The MoL core: engine-agnostic, no Ray."""

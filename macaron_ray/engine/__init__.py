@@ -1,0 +1,1 @@
+"""Engines: how the project starts and talks to vLLM."""

@@ -1,0 +1,1 @@
+"""The frozen base model: fetched from a wheel, converted once, cached."""

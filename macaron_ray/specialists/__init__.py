@@ -1,0 +1,1 @@
+"""The specialists: canonical public labels and their registry."""

@@ -1,0 +1,62 @@
+"""Data generators: determinism, and a held-out split disjoint by template and wording."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from macaron_ray.adapters import answer_data, routing_data
+from macaron_ray.adapters.routing_data import SLOTS, WRAPPERS, generate, slot_values, template_groups, wrappers
+from macaron_ray.adapters.train import data_sha256, dataset
+from macaron_ray.specialists.labels import LABELS
+
+
+def test_generation_is_deterministic_and_seed_dependent():
+    assert generate("train", 50, seed=3) == generate("train", 50, seed=3)
+    assert generate("train", 50, seed=3) != generate("train", 50, seed=4)
+    for label in LABELS:
+        assert data_sha256(dataset(label, 0)) == data_sha256(dataset(label, 0))
+
+
+def test_every_label_and_several_languages_in_both_splits():
+    for split, n in (("train", 320), ("heldout", 60)):
+        examples = generate(split, n, seed=0)
+        assert Counter(e.label for e in examples) == {label: n for label in LABELS}
+        assert len({e.text for e in examples}) == len(examples)
+        for label in LABELS:
+            assert {e.lang for e in examples if e.label == label} >= {"en", "es", "fr", "de"}
+
+
+def test_heldout_shares_no_template_wording_or_text_with_train():
+    train, held = generate("train", 320, seed=0), generate("heldout", 60, seed=0)
+    assert not {e.template_id for e in train} & {e.template_id for e in held}
+    assert not {e.wording_id for e in train} & {e.wording_id for e in held}
+    assert not {e.text for e in train} & {e.text for e in held}
+
+
+def test_split_pools_are_disjoint():
+    for slot, by_lang in SLOTS.items():
+        for lang in by_lang:
+            assert not set(slot_values(slot, lang, "train")) & set(slot_values(slot, lang, "heldout")), slot
+    for lang in WRAPPERS:
+        assert "{}" in wrappers(lang, "train")
+        assert not set(wrappers(lang, "train")) & set(wrappers(lang, "heldout"))
+    ids = [tid for group in template_groups().values() for tid, _ in group]
+    assert len(ids) == len(set(ids)) == len(routing_data.TEMPLATES)
+
+
+def test_no_adapter_trains_on_heldout_routing_text():
+    held = {e.text for e in generate("heldout", 60, seed=0)}
+    for label in LABELS:
+        for conv in dataset(label, 0):
+            for m in conv.messages:
+                assert m.get("content") not in held
+
+
+def test_tool_calls_name_an_offered_tool():
+    for conv in answer_data.agent_conversations(80, seed=0):
+        for m in conv.messages:
+            for call in m.get("tool_calls") or []:
+                offered = {t["function"]["name"] for t in conv.tools}
+                assert call["function"]["name"] in offered
+                params = next(t for t in conv.tools if t["function"]["name"] == call["function"]["name"])
+                assert set(call["function"]["arguments"]) == set(params["function"]["parameters"]["properties"])
