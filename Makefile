@@ -18,7 +18,7 @@ serve: install model
 test: install model
 	$(PY) -m pytest tests -p no:cacheprovider
 
-test-unit: install
+test-unit: install model
 	$(PY) -m pytest tests/unit -p no:cacheprovider
 
 test-e2e: install model

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from macaron_ray import prompts
 from macaron_ray.adapters.routing_data import generate as generate_routes
+from macaron_ray.core.summary_hop import answer_digest, summary_messages
 
 
 @dataclass(frozen=True)
@@ -249,26 +250,22 @@ def route_conversations(per_label: int, seed: int) -> list[Conversation]:
             for ex in generate_routes("train", per_label, seed)]
 
 
-def _turn_text(conv: Conversation) -> tuple[str, str]:
+def _turn_digest(conv: Conversation) -> tuple[str, str]:
     user = next(m["content"] for m in conv.messages if m["role"] == "user")
     last = conv.messages[-1]
-    if last.get("tool_calls"):
-        f = last["tool_calls"][0]["function"]
-        return user, f"called {f['name']} with {json.dumps(f['arguments'])}"
-    return user, "answered: " + last["content"].replace("\n", " ")[:160]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in last.get("tool_calls") or []]
+    return user, answer_digest(last.get("content"), calls)
 
 
 def summary_conversations(n: int, seed: int) -> list[Conversation]:
     """L0 summaries of other specialists' turns, in the summary hop's own format."""
     rng = random.Random(f"{seed}:L0sum")
     pool = agent_conversations(n, seed + 1) + coding_conversations(n, seed + 1) + ui_conversations(n, seed + 1)
-    system = prompts.load("summary")
     out = []
     for conv in rng.sample(pool, n):
-        user, did = _turn_text(conv)
+        user, did = _turn_digest(conv)
         out.append(Conversation(messages=[
-            {"role": "system", "content": system},
-            {"role": "user", "content": f"User: {user}\nAssistant: {did}"},
+            *summary_messages(user, did),
             {"role": "assistant", "content": f"The user asked: {user} The assistant {did[:140]}."},
         ]))
     return out

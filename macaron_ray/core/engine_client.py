@@ -1,0 +1,63 @@
+"""The EngineClient seam: one chat request under one adapter -> a stream of deltas.
+
+Implementations: `macaron_ray.engine.openai_http.OpenAIHTTPEngine` (a vLLM
+OpenAI-compatible server) and `macaron_ray.testing.fake_engine.FakeEngine`
+(deterministic, for tests). The Ray Serve handle implementation lives with the
+topology. Engine errors surface as `EngineError`; the core never retries an
+answer hop itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from macaron_ray.core.conversation import ToolCall
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    adapter: str
+    """Engine-side adapter id (private)."""
+    messages: list[dict]
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float | None = None
+    stop: list[str] | None = None
+    choice: tuple[str, ...] | None = None
+    """Constrain the output to exactly one of these strings (structured outputs)."""
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens served from the engine's prefix cache."""
+
+
+@dataclass(frozen=True)
+class EngineDelta:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = field(default=())
+    """Complete calls; sent once, in the final delta."""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+class EngineError(RuntimeError):
+    """The engine failed or is unreachable. `retryable`: the same request may succeed later."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class EngineClient(Protocol):
+    def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
+        """Yield text deltas as they decode; the last delta carries finish_reason and usage."""
+        ...

@@ -1,0 +1,37 @@
+"""Own-view: each specialist's view of the conversation, rebuilt at every turn.
+
+- turns this specialist answered: verbatim (user message, its assistant messages,
+  tool calls and tool results);
+- turns other specialists answered: the user message, then that turn's summary as
+  the assistant message;
+- the scaffold (routing and summary prompts) never appears.
+
+The rendering of a past turn depends only on that turn and its cached metadata,
+never on what came later, so a specialist's view is append-only: its prompt at
+turn n is a byte prefix of its prompt at any later turn. That is what lets the
+engine's prefix cache (keyed per adapter) absorb every re-entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from macaron_ray.core.conversation import Message, Turn, TurnMeta
+
+
+def render_turn(label: str, turn: Turn, meta: TurnMeta) -> list[dict]:
+    if meta.label == label:
+        return [m.to_openai() for m in turn.messages]
+    if meta.summary is None:
+        raise ValueError("another specialist's turn needs its summary before it can be viewed")
+    return [turn.user.to_openai(), {"role": "assistant", "content": meta.summary}]
+
+
+def own_view(label: str, instructions: Sequence[Message], past: Sequence[tuple[Turn, TurnMeta]],
+             current: Turn) -> list[dict]:
+    """The messages `label` is prompted with for `current` (whose messages are all included)."""
+    view = [m.to_openai() for m in instructions]
+    for turn, meta in past:
+        view += render_turn(label, turn, meta)
+    view += [m.to_openai() for m in current.messages]
+    return view

@@ -1,0 +1,62 @@
+"""The specialist registry: canonical labels -> private adapters, and the one public model name.
+
+New specialists are added here by configuration, not by code. Labels are public;
+adapter ids are private and are only ever sent to engines.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from macaron_ray.specialists.labels import ROLES
+
+DEFAULT_PUBLIC_MODEL = "Macaron-V1-Venti"
+
+
+class Specialist(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    label: str = Field(pattern=r"^L[0-9]+$")
+    adapter_id: str = Field(min_length=1)
+    """Private: the engine-side adapter name."""
+    description: str = Field(min_length=1)
+
+
+class SpecialistRegistry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    public_model: str = DEFAULT_PUBLIC_MODEL
+    """The one model name clients see."""
+    entry_label: str = "L0"
+    """The chat specialist: it routes, summarizes, and is the routing fallback."""
+    specialists: tuple[Specialist, ...]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SpecialistRegistry":
+        labels = [s.label for s in self.specialists]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"duplicate specialist labels: {labels}")
+        if self.entry_label not in labels:
+            raise ValueError(f"entry label {self.entry_label!r} is not registered (have {labels})")
+        ids = [s.adapter_id for s in self.specialists]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two specialists share an adapter id")
+        return self
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(s.label for s in self.specialists)
+
+    def adapter(self, label: str) -> str:
+        for s in self.specialists:
+            if s.label == label:
+                return s.adapter_id
+        raise KeyError(label)
+
+    @classmethod
+    def from_manifest(cls, public_model: str = DEFAULT_PUBLIC_MODEL) -> "SpecialistRegistry":
+        """The embedded default: the four committed adapters."""
+        from macaron_ray.adapters.manifest import Manifest
+
+        manifest = Manifest.load()
+        return cls(public_model=public_model, specialists=tuple(
+            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES[a.label])
+            for a in manifest.adapters))

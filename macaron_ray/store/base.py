@@ -1,0 +1,50 @@
+"""The ConversationStore protocol.
+
+Keys are hash-chain values (`core.conversation`) scoped by tenant: the tenant
+is part of every key, so one tenant can never read another's state. Values are
+small JSON documents. Every backend gives the same guarantees:
+
+- `put_turn` inserts only if absent and says whether it did: a delivered turn
+  is committed exactly once, whichever replica commits it;
+- `set_summary` fills a pending summary once; a later write never replaces it;
+- nothing is written until a turn is delivered (the runner stages, then commits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Protocol
+
+from macaron_ray.core.conversation import TurnMeta
+
+
+def tenant_id(api_key: str | None) -> str:
+    """A stable, non-reversible tenant id for an API key (raw keys are never stored)."""
+    return hashlib.sha256(b"tenant\0" + (api_key or "").encode()).hexdigest()[:32]
+
+
+def encode_meta(meta: TurnMeta) -> str:
+    return json.dumps({"label": meta.label, "summary": meta.summary, "summary_s": meta.summary_s})
+
+
+def decode_meta(raw: str | bytes) -> TurnMeta:
+    d = json.loads(raw)
+    return TurnMeta(label=d["label"], summary=d.get("summary"), summary_s=d.get("summary_s"))
+
+
+class ConversationStore(Protocol):
+    async def get_turn(self, tenant: str, key: str) -> TurnMeta | None:
+        """The cached metadata of a turn, or None (a miss is normal: the caller re-derives)."""
+        ...
+
+    async def put_turn(self, tenant: str, key: str, meta: TurnMeta) -> bool:
+        """Insert if absent. True if this call wrote it."""
+        ...
+
+    async def set_summary(self, tenant: str, key: str, summary: str, summary_s: float | None) -> bool:
+        """Fill the summary of an existing turn whose summary is still pending. True if written."""
+        ...
+
+    async def close(self) -> None:
+        ...

@@ -1,0 +1,1 @@
+"""First-class fakes for the fast test tiers (production code never imports these)."""

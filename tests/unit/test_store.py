@@ -1,0 +1,84 @@
+"""ConversationStore contract, against real SQLite and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from macaron_ray.core.conversation import TurnMeta
+from macaron_ray.store.base import tenant_id
+from macaron_ray.store.redis import RedisStore
+from macaron_ray.store.sqlite import SQLiteStore
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def make_store(request, tmp_path, redis_url):
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+
+    def make():
+        if request.param == "sqlite":
+            return SQLiteStore(tmp_path / "state.db")
+        return RedisStore(redis_url, prefix=prefix)
+    return make
+
+
+def test_put_is_insert_if_absent_and_summary_fills_once(make_store):
+    async def scenario():
+        store = make_store()
+        t = tenant_id("key-a")
+        assert await store.get_turn(t, "k1") is None
+        assert await store.put_turn(t, "k1", TurnMeta(label="L2"))
+        assert not await store.put_turn(t, "k1", TurnMeta(label="L3"))
+        assert await store.get_turn(t, "k1") == TurnMeta(label="L2")
+        assert await store.set_summary(t, "k1", "first", 0.5)
+        assert not await store.set_summary(t, "k1", "second", 0.1)
+        assert await store.get_turn(t, "k1") == TurnMeta(label="L2", summary="first", summary_s=0.5)
+        assert not await store.set_summary(t, "absent", "x", None)
+        assert await store.get_turn(t, "absent") is None
+        await store.close()
+    asyncio.run(scenario())
+
+
+def test_tenant_is_part_of_every_key(make_store):
+    async def scenario():
+        store = make_store()
+        a, b = tenant_id("key-a"), tenant_id("key-b")
+        assert a != b
+        await store.put_turn(a, "k", TurnMeta(label="L1", summary="s"))
+        assert await store.get_turn(b, "k") is None
+        assert await store.put_turn(b, "k", TurnMeta(label="L3"))
+        assert (await store.get_turn(a, "k")).label == "L1"
+        await store.close()
+    asyncio.run(scenario())
+
+
+def test_state_survives_a_restart(make_store):
+    async def scenario():
+        store = make_store()
+        t = tenant_id("k")
+        await store.put_turn(t, "k1", TurnMeta(label="L1"))
+        await store.set_summary(t, "k1", "booked", 0.2)
+        await store.close()
+        reopened = make_store()
+        assert await reopened.get_turn(t, "k1") == TurnMeta(label="L1", summary="booked", summary_s=0.2)
+        await reopened.close()
+    asyncio.run(scenario())
+
+
+def test_concurrent_commits_of_one_turn_write_once(make_store):
+    async def scenario():
+        stores = [make_store() for _ in range(4)]
+        t = tenant_id("k")
+        wrote = await asyncio.gather(*[s.put_turn(t, "same", TurnMeta(label=f"L{i}")) for i, s in enumerate(stores)])
+        assert sorted(wrote) == [False, False, False, True]
+        for s in stores:
+            await s.close()
+    asyncio.run(scenario())
+
+
+def test_sqlite_uses_wal(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    asyncio.run(store.close())
