@@ -38,15 +38,28 @@ def _local_server(cores: str, port: int | None, log: Path | None) -> LocalVLLMSe
     return LocalVLLMServer(spec, log_path=log)
 
 
+def _on_engine(args: argparse.Namespace, run):
+    """Run `run(base_url)` against --base-url, or against an engine started for it."""
+    if args.base_url:
+        return run(args.base_url)
+    with _local_server(args.cores, None, args.engine_log) as server:
+        return run(server.spec.base_url)
+
+
 def _bench_routing(args: argparse.Namespace) -> int:
     from macaron_ray.bench import routing
 
-    if args.base_url:
-        result = routing.run(args.base_url, args.out, per_label=args.per_label)
-    else:
-        with _local_server(args.cores, None, args.engine_log) as server:
-            result = routing.run(server.spec.base_url, args.out, per_label=args.per_label)
+    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label))
     print(routing.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _bench_multihop(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import multihop
+
+    result = _on_engine(args, lambda url: multihop.run(url, args.out, answer_tokens=args.answer_tokens))
+    print(multihop.format_report(result))
     print(f"wrote {args.out}")
     return 0
 
@@ -92,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", help="use a running engine instead of starting one")
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))
     p.set_defaults(func=_bench_routing)
+
+    p = bench.add_parser("multihop", help="8-turn L1/L2 switching trace x 3 with prefix-cache reuse")
+    p.add_argument("--out", type=Path, default=Path(".bench/multihop.json"))
+    p.add_argument("--answer-tokens", type=int, default=48)
+    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
+    p.add_argument("--base-url", help="use a running engine instead of starting one")
+    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-multihop.log"))
+    p.set_defaults(func=_bench_multihop)
 
     p = sub.add_parser("serve", help="serve the embedded default on this machine")
     p.add_argument("--port", type=int, default=8000)

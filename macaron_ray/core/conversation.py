@@ -100,8 +100,13 @@ def split_turns(tenant: str, messages: list[Message] | tuple[Message, ...]) -> H
     h = chain_seed(tenant)
     instructions: list[Message] = []
     turns: list[tuple[str, Message, list[Message]]] = []
+    calls: set[str] = set()
     for i, m in enumerate(messages):
         h = chain_step(h, m)
+        if m.tool_calls:
+            calls.update(c.id for c in m.tool_calls)
+        if m.role == "tool" and m.tool_call_id not in calls:
+            raise HistoryError(f"messages[{i}]: tool result for unknown tool_call_id {m.tool_call_id!r}")
         if m.role == "user":
             turns.append((h, m, []))
         elif not turns:

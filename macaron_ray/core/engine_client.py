@@ -46,6 +46,8 @@ class EngineDelta:
     tool_calls: tuple[ToolCall, ...] = field(default=())
     """Complete calls; sent once, in the final delta."""
     finish_reason: str | None = None
+    stop_sequence: str | None = None
+    """The stop string that ended the output, if one did."""
     usage: Usage | None = None
 
 

@@ -74,6 +74,7 @@ class TurnEvent:
     label: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
+    stop_sequence: str | None = None
     usage: Usage | None = None
     timing: HopTiming | None = None
     turn_key: str = ""
@@ -159,7 +160,8 @@ class TurnRunner:
                 raise RuntimeError("engine stream ended without a final delta")
             timing.answer_s = time.perf_counter() - started
             yield TurnEvent(final=True, label=label, tool_calls=final.tool_calls,
-                            finish_reason=final.finish_reason, usage=final.usage, timing=timing,
+                            finish_reason=final.finish_reason, stop_sequence=final.stop_sequence,
+                            usage=final.usage, timing=timing,
                             turn_key=current.key)
             delivered = True
         finally:

@@ -36,7 +36,7 @@ class OpenAIHTTPEngine:
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         calls: dict[int, dict] = {}
-        finish, usage = None, None
+        finish, usage, stop_sequence = None, None, None
         try:
             async with self._client.stream("POST", "/v1/chat/completions", json=request_body(request)) as resp:
                 if resp.status_code != 200:
@@ -65,9 +65,12 @@ class OpenAIHTTPEngine:
                         if delta.get("content"):
                             yield EngineDelta(text=delta["content"])
                         finish = choice.get("finish_reason") or finish
+                        if isinstance(choice.get("stop_reason"), str):
+                            stop_sequence = choice["stop_reason"]
         except httpx.HTTPError as exc:
             raise EngineError(f"engine unreachable: {type(exc).__name__}") from exc
         tool_calls = tuple(
             ToolCall(id=c["id"] or f"call_{i}", function=FunctionCall(name=c["name"], arguments=c["arguments"] or "{}"))
             for i, c in sorted(calls.items()))
-        yield EngineDelta(tool_calls=tool_calls, finish_reason=finish or "stop", usage=usage or Usage())
+        yield EngineDelta(tool_calls=tool_calls, finish_reason=finish or "stop", usage=usage or Usage(),
+                          stop_sequence=stop_sequence if finish == "stop" else None)

@@ -7,6 +7,8 @@ script so that the check and the write are one atomic step.
 
 from __future__ import annotations
 
+import json
+
 from macaron_ray.core.conversation import TurnMeta
 from macaron_ray.store.base import decode_meta, encode_meta
 
@@ -44,6 +46,19 @@ class RedisStore:
     async def set_summary(self, tenant: str, key: str, summary: str, summary_s: float | None) -> bool:
         args = [summary, "" if summary_s is None else repr(summary_s)]
         return bool(await self._set_summary(keys=[self._key(tenant, key)], args=args))
+
+    def _rkey(self, tenant: str, response_id: str) -> str:
+        return f"{self._prefix}:{tenant}:response:{response_id}"
+
+    async def put_response(self, tenant: str, response_id: str, doc: dict) -> None:
+        await self._redis.set(self._rkey(tenant, response_id), json.dumps(doc), ex=self._ttl_s)
+
+    async def get_response(self, tenant: str, response_id: str) -> dict | None:
+        raw = await self._redis.get(self._rkey(tenant, response_id))
+        return json.loads(raw) if raw is not None else None
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        return bool(await self._redis.delete(self._rkey(tenant, response_id)))
 
     async def close(self) -> None:
         await self._redis.aclose()

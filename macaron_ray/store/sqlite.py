@@ -8,6 +8,7 @@ of them; `check_same_thread=False` is safe because a lock serializes its use
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -21,6 +22,12 @@ CREATE TABLE IF NOT EXISTS turns (
     key    TEXT NOT NULL,
     meta   TEXT NOT NULL,
     PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS responses (
+    tenant TEXT NOT NULL,
+    id     TEXT NOT NULL,
+    doc    TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
 ) WITHOUT ROWID;
 """
 
@@ -58,6 +65,20 @@ class SQLiteStore:
             "UPDATE turns SET meta = json_set(meta, '$.summary', ?, '$.summary_s', ?) "
             "WHERE tenant = ? AND key = ? AND json_extract(meta, '$.summary') IS NULL",
             (summary, summary_s, tenant, key))
+        return cur.rowcount == 1
+
+    async def put_response(self, tenant: str, response_id: str, doc: dict) -> None:
+        await asyncio.to_thread(self._run, "INSERT OR REPLACE INTO responses (tenant, id, doc) VALUES (?, ?, ?)",
+                                (tenant, response_id, json.dumps(doc)))
+
+    async def get_response(self, tenant: str, response_id: str) -> dict | None:
+        row = (await asyncio.to_thread(
+            self._run, "SELECT doc FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))).fetchone()
+        return json.loads(row[0]) if row else None
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        cur = await asyncio.to_thread(
+            self._run, "DELETE FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))
         return cur.rowcount == 1
 
     async def close(self) -> None:

@@ -42,9 +42,18 @@ class Failure:
     times: int = 1
 
 
+class WhitespaceTokenCounter:
+    """A TokenCounter for tests: whitespace-separated pieces of the rendered JSON."""
+
+    def count(self, messages: list[dict], tools: list[dict] | None) -> int:
+        return len(json.dumps([messages, tools]).split())
+
+
 @dataclass
 class FakeEngine:
     router: Callable[[str], str] = keyword_router
+    tag: Callable[[str], str] = lambda adapter: adapter
+    """How an answer names the adapter that made it (tests of private names map it to a label)."""
     chunk_delay_s: float = 0.0
     requests: list[EngineRequest] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
@@ -91,12 +100,16 @@ class FakeEngine:
             return [f"Summary: {asked}"], ()
         last = req.messages[-1]
         if last["role"] == "tool":
-            return [f"[{req.adapter}]", " done:", f" {last.get('content')}"], ()
+            return [f"[{self.tag(req.adapter)}]", " done:", f" {last.get('content')}"], ()
         if req.tools and "tool:" in user:
             name = user.split("tool:", 1)[1].split()[0]
             call = ToolCall(id=f"call_{len(self.requests)}", function=FunctionCall(name=name, arguments='{"x": 1}'))
             return [], (call,)
-        words = f"[{req.adapter}] reply to: {user}".split(" ")
+        reply = f"[{self.tag(req.adapter)}] reply to: {user}"
+        for stop in req.stop or ():
+            if stop in reply:
+                reply = reply[:reply.index(stop)]
+        words = reply.split(" ")
         chunks = [words[0]] + [" " + w for w in words[1:]]
         if req.max_tokens is not None:
             chunks = chunks[:req.max_tokens]
@@ -117,7 +130,10 @@ class FakeEngine:
             raise EngineError("fake engine failure")
         finish = "tool_calls" if calls else (
             "length" if request.max_tokens is not None and len(chunks) >= request.max_tokens else "stop")
-        yield EngineDelta(tool_calls=calls, finish_reason=finish, usage=usage)
+        user = next((m.get("content") or "" for m in reversed(request.messages) if m["role"] == "user"), "")
+        matched = next((s for s in request.stop or () if s in user), None) if self.kind(request) == "answer" else None
+        yield EngineDelta(tool_calls=calls, finish_reason=finish, usage=usage,
+                          stop_sequence=matched if finish == "stop" else None)
 
     def of_kind(self, kind: str) -> list[EngineRequest]:
         return [r for r in self.requests if self.kind(r) == kind]

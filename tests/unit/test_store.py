@@ -34,7 +34,7 @@ def test_put_is_insert_if_absent_and_summary_fills_once(make_store):
         assert await store.get_turn(t, "k1") == TurnMeta(label="L2")
         assert await store.set_summary(t, "k1", "first", 0.5)
         assert not await store.set_summary(t, "k1", "second", 0.1)
-        assert await store.get_turn(t, "k1") == TurnMeta(label="L2", summary="first", summary_s=0.5)
+        assert await store.get_turn(t, "k1") == TurnMeta(label="L2", summary="first", summary_s=0.5)  # exact in binary
         assert not await store.set_summary(t, "absent", "x", None)
         assert await store.get_turn(t, "absent") is None
         await store.close()
@@ -82,3 +82,18 @@ def test_sqlite_uses_wal(tmp_path):
     store = SQLiteStore(tmp_path / "s.db")
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     asyncio.run(store.close())
+
+
+def test_responses_are_stored_per_tenant_and_deletable(make_store):
+    async def scenario():
+        store = make_store()
+        a, b = tenant_id("a"), tenant_id("b")
+        doc = {"response": {"id": "resp_1"}, "conversation": [{"role": "user", "content": "hi"}]}
+        await store.put_response(a, "resp_1", doc)
+        assert await store.get_response(a, "resp_1") == doc
+        assert await store.get_response(b, "resp_1") is None
+        assert not await store.delete_response(b, "resp_1")
+        assert await store.delete_response(a, "resp_1")
+        assert await store.get_response(a, "resp_1") is None
+        await store.close()
+    asyncio.run(scenario())

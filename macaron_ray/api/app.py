@@ -1,0 +1,94 @@
+"""The FastAPI application: three surfaces over one TurnRunner.
+
+`build_api(surfaces)` is mounted by the Ray Serve ingress and also runs
+standalone (uvicorn) against any EngineClient. Errors are rendered in the
+envelope of the surface whose path was called.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from macaron_ray.api import chat_completions, messages, responses
+from macaron_ray.api.errors import APIError, anthropic_body, internal_error, openai_body
+from macaron_ray.api.surface import Surfaces
+
+logger = logging.getLogger(__name__)
+
+
+def _error_response(request: Request, err: APIError) -> JSONResponse:
+    anthropic = request.url.path.startswith("/v1/messages")
+    body = anthropic_body(err) if anthropic else openai_body(err)
+    return JSONResponse(body, status_code=err.status, headers=err.headers or None)
+
+
+def build_api(s: Surfaces) -> FastAPI:
+    app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return _error_response(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        message = {404: f"no route for {request.method} {request.url.path}",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, "error")
+        return _error_response(request, APIError(exc.status_code, message))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        logger.exception("unhandled error", exc_info=exc)
+        return _error_response(request, internal_error())
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def list_models(request: Request):
+        s.tenant(request)
+        return {"object": "list", "data": [_model(s)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(request: Request, model_id: str):
+        s.tenant(request)
+        s.check_model(model_id)
+        return _model(s)
+
+    @app.post("/v1/chat/completions")
+    async def _chat(request: Request):
+        return await chat_completions.chat_completions(request, s)
+
+    @app.post("/v1/responses")
+    async def _create_response(request: Request):
+        return await responses.create_response(request, s)
+
+    @app.get("/v1/responses/{response_id}")
+    async def _get_response(request: Request, response_id: str):
+        return await responses.get_response(request, s, response_id)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def _delete_response(request: Request, response_id: str):
+        return await responses.delete_response(request, s, response_id)
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def _input_items(request: Request, response_id: str):
+        return await responses.input_items(request, s, response_id)
+
+    @app.post("/v1/messages")
+    async def _messages(request: Request):
+        return await messages.create_message(request, s)
+
+    @app.post("/v1/messages/count_tokens")
+    async def _count_tokens(request: Request):
+        return await messages.count_tokens(request, s)
+
+    return app
+
+
+def _model(s: Surfaces) -> dict:
+    return {"id": s.public_model, "object": "model", "created": 0, "owned_by": "macaron"}

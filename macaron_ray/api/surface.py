@@ -1,0 +1,115 @@
+"""What the three surfaces share: settings, auth -> tenant, the public model check, running a turn.
+
+Each surface translates its wire format into a `TurnRequest`, runs it through
+the one TurnRunner, and translates the events back. Errors raised by the core
+are mapped here to `APIError`s, so no surface leaks an internal message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from starlette.requests import Request
+
+from macaron_ray.api.errors import APIError, engine_unavailable, internal_error
+from macaron_ray.core.conversation import HistoryError
+from macaron_ray.core.engine_client import EngineError
+from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
+from macaron_ray.store.base import ConversationStore, tenant_id
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BODY_LIMIT_BYTES = 32 * 1024 * 1024
+
+
+class TokenCounter(Protocol):
+    def count(self, messages: list[dict], tools: list[dict] | None) -> int:
+        """Prompt tokens of `messages` (+ tools) as the base model's chat template renders them."""
+        ...
+
+
+@dataclass
+class Surfaces:
+    """Everything the API routes need, built once per process (one ingress replica)."""
+
+    runner: TurnRunner
+    tokens: TokenCounter
+    api_keys: frozenset[str] | None = None
+    """When set, requests must present one of these keys; when None, any key (or none) is a tenant."""
+    body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES
+
+    @property
+    def store(self) -> ConversationStore:
+        """Conversation state, responses included (the runner's store)."""
+        return self.runner.store
+
+    @property
+    def public_model(self) -> str:
+        return self.runner.registry.public_model
+
+    def tenant(self, request: Request, *, anthropic: bool = False) -> str:
+        key = None
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        if anthropic and request.headers.get("x-api-key"):
+            key = request.headers["x-api-key"].strip()
+        if self.api_keys is not None and key not in self.api_keys:
+            raise APIError(401, "invalid or missing API key" if key else "missing API key",
+                           code="invalid_api_key")
+        return tenant_id(key)
+
+    def check_model(self, model: str) -> None:
+        if model != self.public_model:
+            raise APIError(404, f"The model '{model}' does not exist", param="model", code="model_not_found")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def to_api_error(exc: BaseException, *, param: str = "messages") -> APIError:
+    """Map a core or engine failure to a client-safe error."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, HistoryError):
+        return APIError(400, str(exc), param=param if exc.param == "messages" else exc.param, code="invalid_value")
+    if isinstance(exc, EngineError):
+        logger.warning("engine error: %s", exc)
+        return engine_unavailable() if exc.retryable else internal_error()
+    logger.exception("unexpected error in a turn", exc_info=exc)
+    return internal_error()
+
+
+async def first_event(events: AsyncIterator[TurnEvent], *, param: str) -> tuple[TurnEvent | None, AsyncIterator[TurnEvent]]:
+    """Pull the first event before a stream starts, so early failures still get an HTTP status."""
+    try:
+        return await events.__anext__(), events
+    except StopAsyncIteration:
+        return None, events
+    except Exception as exc:  # noqa: BLE001 - mapped to the surface's envelope
+        raise to_api_error(exc, param=param) from None
+
+
+async def collect(runner: TurnRunner, req: TurnRequest, *, param: str) -> tuple[str, TurnEvent]:
+    """Run a whole turn (non-streaming). The turn commits when this returns."""
+    parts, final = [], None
+    try:
+        async for ev in runner.run(req):
+            if ev.final:
+                final = ev
+            else:
+                parts.append(ev.text)
+    except Exception as exc:  # noqa: BLE001 - mapped to the surface's envelope
+        raise to_api_error(exc, param=param) from None
+    assert final is not None
+    return "".join(parts), final

@@ -1,0 +1,28 @@
+"""Token counting for `count_tokens`: the base model's tokenizer over the project's chat template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from macaron_ray.model.chat_template import load_chat_template
+
+
+class TemplateTokenCounter:
+    """Counts the prompt tokens of a conversation as the engines render it."""
+
+    def __init__(self, model_dir: Path):
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(model_dir)
+        self._template = load_chat_template()
+
+    def count(self, messages: list[dict], tools: list[dict] | None) -> int:
+        msgs = json.loads(json.dumps(messages))
+        for m in msgs:  # as vLLM does before templating: tool-call arguments become mappings
+            for c in m.get("tool_calls") or []:
+                c["function"]["arguments"] = json.loads(c["function"]["arguments"] or "{}")
+        ids = self._tok.apply_chat_template(msgs, tools=tools, chat_template=self._template,
+                                            tokenize=True, add_generation_prompt=True)
+        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+

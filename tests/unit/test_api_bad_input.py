@@ -1,0 +1,117 @@
+"""Bad input on every surface: a 4xx in the surface's envelope, and nothing stored or sent to an engine."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import httpx
+import pytest
+
+from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
+from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
+
+LIMIT = 4096
+ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+
+SURFACES = {
+    "chat": ("/v1/chat/completions", lambda **kw: {"model": PUBLIC_MODEL,
+                                                   "messages": [{"role": "user", "content": "hi"}], **kw}),
+    "responses": ("/v1/responses", lambda **kw: {"model": PUBLIC_MODEL, "input": "hi", **kw}),
+    "messages": ("/v1/messages", lambda **kw: {"model": PUBLIC_MODEL, "max_tokens": 16,
+                                               "messages": [{"role": "user", "content": "hi"}], **kw}),
+}
+
+# case -> surface -> (raw body bytes, expected status)
+CASES = {
+    "malformed json": {s: (b'{"model": "x", ', 400) for s in SURFACES},
+    "not an object": {s: (b'["model"]', 400) for s in SURFACES},
+    "empty body": {s: (b"", 400) for s in SURFACES},
+    "missing fields": {"chat": ({"model": PUBLIC_MODEL}, 400), "responses": ({"model": PUBLIC_MODEL}, 400),
+                       "messages": ({"model": PUBLIC_MODEL, "messages": [{"role": "user", "content": "x"}]}, 400)},
+    "mistyped field": {"chat": (SURFACES["chat"][1](messages="hi"), 400),
+                       "responses": (SURFACES["responses"][1](input=5), 400),
+                       "messages": (SURFACES["messages"][1](max_tokens="many"), 400)},
+    "empty messages": {"chat": (SURFACES["chat"][1](messages=[]), 400),
+                       "responses": (SURFACES["responses"][1](input=[]), 400),
+                       "messages": (SURFACES["messages"][1](messages=[]), 400)},
+    "unknown role": {s: (SURFACES[s][1](**{("input" if s == "responses" else "messages"):
+                                           [{"role": "wizard", "content": "x"}]}), 400) for s in SURFACES},
+    "tool result without its call": {
+        "chat": (SURFACES["chat"][1](messages=[{"role": "user", "content": "x"},
+                                               {"role": "tool", "tool_call_id": "call_9", "content": "r"}]), 400),
+        "responses": (SURFACES["responses"][1](input=[{"type": "function_call_output", "call_id": "call_9",
+                                                       "output": "r"}]), 400),
+        "messages": (SURFACES["messages"][1](messages=[{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_9", "content": "r"}]}]), 400)},
+    "non-utf8 body": {s: (b'{"model": "\xff\xfe"}', 400) for s in SURFACES},
+    "body over the limit": {s: (SURFACES[s][1](pad="x" * (LIMIT + 10)), 413) for s in SURFACES},
+    "unknown model": {s: (SURFACES[s][1](model="gpt-4o"), 404) for s in SURFACES},
+    "bad sampling value": {"chat": (SURFACES["chat"][1](temperature=9), 400),
+                           "responses": (SURFACES["responses"][1](max_output_tokens=0), 400),
+                           "messages": (SURFACES["messages"][1](top_p=3), 400)},
+}
+
+ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large"}
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path_factory.mktemp("api") / "s.db",
+                        body_limit_bytes=LIMIT)
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize("surface", list(SURFACES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gets_a_clear_error_and_stores_nothing(api, case, surface):
+    if surface not in CASES[case]:
+        pytest.fail(f"case {case!r} has no {surface} variant")
+    body, status = CASES[case][surface]
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    path = SURFACES[surface][0]
+    headers = {"content-type": "application/json", **(ANTHROPIC_HEADERS if surface == "messages" else {})}
+    before = len(api.runner.engine.requests)
+    resp = httpx.post(api.base_url + path, content=raw, headers=headers)
+    assert resp.status_code == status, resp.text
+    data = resp.json()
+    if surface == "messages":
+        assert data["type"] == "error" and set(data["error"]) == {"type", "message"}
+        assert data["error"]["type"] == ANTHROPIC_TYPES[status]
+        message = data["error"]["message"]
+    else:
+        assert set(data["error"]) == {"message", "type", "param", "code"}
+        assert data["error"]["type"] == "invalid_request_error"
+        message = data["error"]["message"]
+    assert message and "Traceback" not in resp.text
+    for secret in SECRET_ADAPTERS.values():
+        assert secret not in resp.text
+    assert len(api.runner.engine.requests) == before
+    with sqlite3.connect(api.store.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
+
+
+def test_missing_anthropic_version_is_rejected(api):
+    resp = httpx.post(api.base_url + "/v1/messages", headers={"x-api-key": "k"}, json=SURFACES["messages"][1]())
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_validation_errors_name_the_field(api):
+    resp = httpx.post(api.base_url + "/v1/chat/completions", json=SURFACES["chat"][1](temperature=9))
+    assert resp.json()["error"]["param"] == "temperature"
+
+
+def test_unknown_route_and_method_use_the_envelope(api):
+    assert httpx.get(api.base_url + "/v1/nope").json()["error"]["type"] == "invalid_request_error"
+    resp = httpx.get(api.base_url + "/v1/messages")
+    assert resp.status_code == 405 and resp.json()["type"] == "error"
+
+
+def test_get_and_delete_of_unknown_response_are_404(api):
+    for method in ("GET", "DELETE"):
+        resp = httpx.request(method, api.base_url + "/v1/responses/resp_missing")
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    resp = httpx.get(api.base_url + "/v1/responses/resp_missing/input_items")
+    assert resp.status_code == 404
