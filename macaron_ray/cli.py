@@ -65,20 +65,27 @@ def _bench_multihop(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    server = _local_server(args.cores, args.port, None)
-    spec = server.spec
-    print(f"starting the engine on {spec.base_url} (cores {spec.cores}) ...", flush=True)
+    import uvicorn
+
+    from macaron_ray.api.standalone import build_standalone_app
+    from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
+    from macaron_ray.paths import cache_dir
+
+    server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")
+    (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
+    print(f"starting the engine (cores {server.spec.cores}) ...", flush=True)
     server.start()
-    print(f"serving at {spec.base_url}/v1\n"
-          f"  curl {spec.base_url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-          f"    -d '{{\"model\": \"{spec.served_model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi!\"}}]}}'",
-          flush=True)
     try:
-        return server.wait()
-    except KeyboardInterrupt:
-        return 0
+        app = build_standalone_app(server.spec.base_url, server.spec.model_dir, cache_dir() / "state" / "conversations.db")
+        url = f"http://{args.host}:{args.port}"
+        print(f"serving {DEFAULT_PUBLIC_MODEL} at {url}/v1\n"
+              f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+              f"    -d '{{\"model\": \"{DEFAULT_PUBLIC_MODEL}\", \"messages\": [{{\"role\": \"user\", "
+              f"\"content\": \"Write a Python function that reverses a string.\"}}]}}'", flush=True)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         server.stop()
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_bench_multihop)
 
     p = sub.add_parser("serve", help="serve the embedded default on this machine")
+    p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--cores", default="0-1")
     p.set_defaults(func=_serve)

@@ -183,6 +183,7 @@ def train_all(base_dir: Path, out_dir: Path = BUILT_DIR, seed: int = 0,
         backup = out_dir.with_name(out_dir.name + ".old")
         if out_dir.exists():
             out_dir.rename(backup)
+        staging.chmod(0o755)  # mkdtemp makes it private
         staging.rename(out_dir)
         shutil.rmtree(backup, ignore_errors=True)
         return manifest

@@ -26,8 +26,9 @@ def _error_response(request: Request, err: APIError) -> JSONResponse:
     return JSONResponse(body, status_code=err.status, headers=err.headers or None)
 
 
-def build_api(s: Surfaces) -> FastAPI:
-    app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None)
+def build_api(s: Surfaces, lifespan=None) -> FastAPI:
+    """The app; `lifespan` (an async context manager factory) owns what the caller must close."""
+    app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):

@@ -22,7 +22,8 @@ class TemplateTokenCounter:
         for m in msgs:  # as vLLM does before templating: tool-call arguments become mappings
             for c in m.get("tool_calls") or []:
                 c["function"]["arguments"] = json.loads(c["function"]["arguments"] or "{}")
-        ids = self._tok.apply_chat_template(msgs, tools=tools, chat_template=self._template,
-                                            tokenize=True, add_generation_prompt=True)
-        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        text = self._tok.apply_chat_template(msgs, tools=tools, chat_template=self._template,
+                                             tokenize=False, add_generation_prompt=True)
+        # As vLLM tokenizes a rendered chat prompt: the template already holds the special tokens.
+        return len(self._tok(text, add_special_tokens=False)["input_ids"])
 

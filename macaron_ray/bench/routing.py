@@ -36,7 +36,7 @@ def route_once(client: httpx.Client, base_url: str, adapter_id: str, text: str) 
 
 def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmup: int = 4) -> dict:
     confusion = {g: Counter() for g in LABELS}
-    latencies, compliant = [], 0
+    latencies, compliant, errors = [], 0, []
     with httpx.Client(timeout=60.0) as client:
         for ex in examples[:warmup]:
             route_once(client, base_url, adapter_id, ex.text)
@@ -46,6 +46,8 @@ def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmu
             label = parse_label(output)
             compliant += label is not None
             confusion[ex.label][label or "invalid"] += 1
+            if label != ex.label:
+                errors.append({"text": ex.text, "gold": ex.label, "output": output, "template_id": ex.template_id})
     n = len(examples)
     correct = sum(confusion[g][g] for g in LABELS)
     per_class = {g: confusion[g][g] / max(1, sum(confusion[g].values())) for g in LABELS}
@@ -58,6 +60,7 @@ def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmu
         "latency_s": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
                       "mean": sum(latencies) / n},
     }
+    result["errors"] = errors
     result["targets"] = TARGETS
     result["meets_targets"] = (result["accuracy"] >= TARGETS["accuracy"]
                                and min(per_class.values()) >= TARGETS["per_class_accuracy"]

@@ -1,0 +1,36 @@
+"""The MoL application without Ray: the API app over one OpenAI-compatible engine server.
+
+`macaron serve` runs this in front of a local vLLM engine; the Ray Serve
+topology mounts the same `build_api` with handle-based engine clients.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from macaron_ray.api.app import build_api
+from macaron_ray.api.surface import Surfaces
+from macaron_ray.api.tokens import TemplateTokenCounter
+from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, SpecialistRegistry
+from macaron_ray.core.turn_runner import TurnRunner
+from macaron_ray.engine.openai_http import OpenAIHTTPEngine
+from macaron_ray.store.sqlite import SQLiteStore
+
+
+def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
+                         public_model: str = DEFAULT_PUBLIC_MODEL, api_keys: frozenset[str] | None = None) -> FastAPI:
+    engine = OpenAIHTTPEngine(engine_url)
+    store = SQLiteStore(store_path)
+    runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await runner.drain()
+        await engine.aclose()
+        await store.close()
+
+    return build_api(Surfaces(runner=runner, tokens=TemplateTokenCounter(model_dir), api_keys=api_keys), lifespan)
