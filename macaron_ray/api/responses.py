@@ -212,6 +212,11 @@ async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[
         seq += 1
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
+    def open_message(msg_id: str) -> list[str]:
+        return [event("response.output_item.added", output_index=0, item=_message_item(msg_id, "", "in_progress")),
+                event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
+                      part={"type": "output_text", "text": "", "annotations": []})]
+
     yield event("response.created", response=dict(draft.obj))
     yield event("response.in_progress", response=dict(draft.obj))
     msg_id, text, index = None, [], 0
@@ -220,9 +225,7 @@ async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[
         while ev is not None and not ev.final:
             if msg_id is None:
                 msg_id = new_id("msg_")
-                yield event("response.output_item.added", output_index=0, item=_message_item(msg_id, "", "in_progress"))
-                yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
-                            part={"type": "output_text", "text": "", "annotations": []})
+                yield "".join(open_message(msg_id))
             text.append(ev.text)
             yield event("response.output_text.delta", item_id=msg_id, output_index=0, content_index=0,
                         delta=ev.text, logprobs=[])
@@ -233,9 +236,7 @@ async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[
         if msg_id is not None or not final.tool_calls:
             if msg_id is None:
                 msg_id = new_id("msg_")
-                yield event("response.output_item.added", output_index=0, item=_message_item(msg_id, "", "in_progress"))
-                yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
-                            part={"type": "output_text", "text": "", "annotations": []})
+                yield "".join(open_message(msg_id))
             status = "incomplete" if final.finish_reason == "length" else "completed"
             text_item = _message_item(msg_id, full, status)
             yield event("response.output_text.done", item_id=msg_id, output_index=0, content_index=0, text=full,
@@ -258,7 +259,8 @@ async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[
         await store(full, final, obj)
     except Exception as exc:  # noqa: BLE001 - after the stream started, errors go in-band
         err = to_api_error(exc, param="input")
-        draft.obj.update(status="failed", error={"code": err.code or "server_error", "message": err.message})
+        code = "rate_limit_exceeded" if err.status == 429 else "invalid_prompt" if err.status < 500 else "server_error"
+        draft.obj.update(status="failed", error={"code": code, "message": err.message})
         yield event("response.failed", response=draft.obj)
 
 

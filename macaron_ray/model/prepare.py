@@ -102,6 +102,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     transformers refuses to `save_pretrained` a GGUF-loaded model, so the weights
     are copied into a model built from the same config and that one is saved.
     """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach for a model hub
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

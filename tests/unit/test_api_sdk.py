@@ -305,3 +305,13 @@ def test_summaries_finish_in_the_background(oai, api):
 def _only_turn(api) -> tuple[str, str]:
     with sqlite3.connect(api.store.path) as db:
         return db.execute("SELECT tenant, key FROM turns").fetchone()
+
+
+def test_responses_failure_after_stream_started_is_response_failed(oai, api):
+    api.engine.fail(lambda r: FakeEngine.kind(r) == "answer", after_chunks=2)
+    with oai.responses.stream(model=PUBLIC_MODEL, input="write python code") as stream:
+        events = list(stream)
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.error.code == "server_error"
+    assert rows(api, "turns") == 0 and rows(api, "responses") == 0
+    assert_no_private_names(json.dumps([e.model_dump() for e in events]))
