@@ -225,9 +225,10 @@ class TurnRunner:
     # -- past turns -------------------------------------------------------------------------
 
     async def _past_metas(self, tenant: str, history: History) -> list[tuple[Turn, TurnMeta]]:
+        past = history.turns[:-1]
+        metas = await asyncio.gather(*(self.store.get_turn(tenant, t.key) for t in past))
         out = []
-        for turn in history.turns[:-1]:
-            meta = await self.store.get_turn(tenant, turn.key)
+        for turn, meta in zip(past, metas):
             if meta is None:
                 self.stats.cache_misses += 1
                 meta = TurnMeta(label=await self._rederive_label(tenant, turn))
