@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from macaron_ray.api.body import read_json, validate
-from macaron_ray.api.errors import APIError, openai_body
+from macaron_ray.api.errors import openai_body
 from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, to_api_error
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
@@ -183,6 +183,3 @@ async def _stream(s: Surfaces, cid: str, created: int, first: TurnEvent | None,
         yield f"data: {json.dumps(openai_body(to_api_error(exc)))}\n\n"
         return
     yield "data: [DONE]\n\n"
-
-
-__all__ = ["chat_completions", "ChatCompletionRequest", "APIError"]

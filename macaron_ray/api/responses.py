@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from macaron_ray.api.body import read_json, validate
-from macaron_ray.api.errors import APIError, openai_body
+from macaron_ray.api.errors import APIError
 from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, to_api_error
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
@@ -306,6 +306,3 @@ async def _stored(request: Request, s: Surfaces, response_id: str) -> dict:
 
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
-
-
-__all__ = ["create_response", "get_response", "delete_response", "input_items", "openai_body"]
