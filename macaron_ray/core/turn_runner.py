@@ -96,10 +96,12 @@ class TurnRunner:
     """Owns the hops and the pending summary tasks of one process (one ingress replica)."""
 
     def __init__(self, registry: SpecialistRegistry, engine: EngineClient, store: ConversationStore, *,
-                 summary_attempts: int = 3, summary_retry_delay_s: float = 0.5,
-                 summary_wait_s: float = 60.0):
+                 router: EngineClient | None = None, summary_attempts: int = 3,
+                 summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0):
+        """`engine` serves the answer hops; `router` (default: `engine`) the route and summary hops."""
         self.registry = registry
         self.engine = engine
+        self.router = router or engine
         self.store = store
         self.summary_attempts = summary_attempts
         self.summary_retry_delay_s = summary_retry_delay_s
@@ -189,7 +191,7 @@ class TurnRunner:
         req = EngineRequest(adapter=self.registry.adapter(self.registry.entry_label),
                             messages=route_hop.route_messages(user_text),
                             max_tokens=route_hop.ROUTE_BUDGET_TOKENS, temperature=0.0, choice=labels)
-        output = "".join([d.text async for d in self.engine.stream(req)])
+        output = "".join([d.text async for d in self.router.stream(req)])
         label = route_hop.parse_label(output, labels)
         if label is None:
             self.stats.routing_errors += 1
@@ -201,7 +203,7 @@ class TurnRunner:
         req = EngineRequest(adapter=self.registry.adapter(self.registry.entry_label),
                             messages=summary_hop.summary_messages(user_text, digest),
                             max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0)
-        text = "".join([d.text async for d in self.engine.stream(req)]).strip()
+        text = "".join([d.text async for d in self.router.stream(req)]).strip()
         return text or f"The user asked: {user_text}"
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str,

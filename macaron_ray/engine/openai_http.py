@@ -23,6 +23,49 @@ def request_body(req: EngineRequest) -> dict:
     return body
 
 
+class StreamAccumulator:
+    """Turns OpenAI chat-completion stream chunks (dicts) into EngineDeltas.
+
+    Shared by every EngineClient that speaks the OpenAI chunk format: over HTTP
+    and over Ray Serve handles.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict] = {}
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._stop_sequence: str | None = None
+
+    def feed(self, chunk: dict) -> EngineDelta | None:
+        """Absorb one chunk; return a text delta if it carried text."""
+        if chunk.get("usage"):
+            u = chunk["usage"]
+            cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            self._usage = Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0), cached)
+        text = ""
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            for tc in delta.get("tool_calls") or []:
+                slot = self._calls.setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            text += delta.get("content") or ""
+            self._finish = choice.get("finish_reason") or self._finish
+            if isinstance(choice.get("stop_reason"), str):
+                self._stop_sequence = choice["stop_reason"]
+        return EngineDelta(text=text) if text else None
+
+    def final(self) -> EngineDelta:
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or f"call_{i}", function=FunctionCall(name=c["name"], arguments=c["arguments"] or "{}"))
+            for i, c in sorted(self._calls.items()))
+        finish = self._finish or "stop"
+        return EngineDelta(tool_calls=tool_calls, finish_reason=finish, usage=self._usage or Usage(),
+                           stop_sequence=self._stop_sequence if finish == "stop" else None)
+
+
 class OpenAIHTTPEngine:
     """One client per server; safe to share between concurrent turns (httpx pools connections)."""
 
@@ -35,8 +78,7 @@ class OpenAIHTTPEngine:
         await self._client.aclose()
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
-        calls: dict[int, dict] = {}
-        finish, usage, stop_sequence = None, None, None
+        acc = StreamAccumulator()
         try:
             async with self._client.stream("POST", "/v1/chat/completions", json=request_body(request)) as resp:
                 if resp.status_code != 200:
@@ -49,28 +91,9 @@ class OpenAIHTTPEngine:
                     data = line[6:]
                     if data == "[DONE]":
                         break
-                    chunk = json.loads(data)
-                    if chunk.get("usage"):
-                        u = chunk["usage"]
-                        cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                        usage = Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0), cached)
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        for tc in delta.get("tool_calls") or []:
-                            slot = calls.setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
-                            slot["id"] = tc.get("id") or slot["id"]
-                            fn = tc.get("function") or {}
-                            slot["name"] += fn.get("name") or ""
-                            slot["arguments"] += fn.get("arguments") or ""
-                        if delta.get("content"):
-                            yield EngineDelta(text=delta["content"])
-                        finish = choice.get("finish_reason") or finish
-                        if isinstance(choice.get("stop_reason"), str):
-                            stop_sequence = choice["stop_reason"]
+                    delta = acc.feed(json.loads(data))
+                    if delta is not None:
+                        yield delta
         except httpx.HTTPError as exc:
             raise EngineError(f"engine unreachable: {type(exc).__name__}") from exc
-        tool_calls = tuple(
-            ToolCall(id=c["id"] or f"call_{i}", function=FunctionCall(name=c["name"], arguments=c["arguments"] or "{}"))
-            for i, c in sorted(calls.items()))
-        yield EngineDelta(tool_calls=tool_calls, finish_reason=finish or "stop", usage=usage or Usage(),
-                          stop_sequence=stop_sequence if finish == "stop" else None)
+        yield acc.final()

@@ -1,0 +1,100 @@
+"""`build_app(args)`: the MoL application on Ray Serve.
+
+    MoLIngress (this project's FastAPI app; N stateless replicas; state in the store)
+      ├── Router:<base>    Ray Serve LLM `LLMServer`, base + L0: route and summary hops
+      └── Decode:<base>    Ray Serve LLM `PDDecodeServer`, base + all adapters, kv_consumer
+            └── Prefill:<base>  `PDPrefillServer`, base + all adapters, kv_producer (NIXL)
+    or, aggregated:   Answer:<base>  `LLMServer`, base + all adapters
+
+Serve restarts dead replicas; while one of these deployments has no running
+replica the ingress answers 503 with Retry-After in the surface's envelope.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from ray.serve.deployment import Application
+
+from macaron_ray.serve.args import NODE_TYPE_SHARE, AppArgs, node_type_resource
+
+
+@serve.ingress()
+class MoLIngress:
+    """Builds the API over Serve handles; the same app `macaron serve --standalone` runs over HTTP."""
+
+    def __init__(self, args: dict, router, answer):
+        from macaron_ray.api.surface import Surfaces
+        from macaron_ray.api.tokens import TemplateTokenCounter
+        from macaron_ray.core.turn_runner import TurnRunner
+        from macaron_ray.serve.handle_engine import ReplicaWatch, ServeHandleEngine
+
+        self.args = AppArgs.model_validate(args)
+        self.watch = ReplicaWatch(serve.get_replica_context().app_name)
+        self.store = _open_store(self.args)
+        self.runner = TurnRunner(self.args.registry(), ServeHandleEngine(answer, watch=self.watch), self.store,
+                                 router=ServeHandleEngine(router, watch=self.watch))
+        keys = None
+        if self.args.ingress.api_keys_env:
+            keys = frozenset(k for k in os.environ.get(self.args.ingress.api_keys_env, "").split(",") if k)
+        self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
+                                 api_keys=keys)
+
+    async def __serve_build_asgi_app__(self):
+        from macaron_ray.api.app import build_api
+
+        self.watch.start()
+        return build_api(self.surfaces)
+
+    async def __del__(self):
+        await self.watch.stop()
+        await self.runner.drain()
+        await self.store.close()
+
+
+def _open_store(args: AppArgs):
+    if args.store.kind == "redis":
+        from macaron_ray.store.redis import RedisStore
+
+        return RedisStore(args.store.url)
+    from macaron_ray.paths import cache_dir
+    from macaron_ray.store.sqlite import SQLiteStore
+
+    return SQLiteStore(Path(args.store.path).expanduser() if args.store.path
+                       else cache_dir() / "state" / f"{args.profile}.db")
+
+
+def _token_counter(args: AppArgs, counter_cls):
+    """count_tokens uses the base's tokenizer and chat template, loaded in the ingress."""
+    return counter_cls(Path(args.base_source()))
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    """Validate `args` (see `AppArgs`) and build the application graph."""
+    from ray.serve.llm import build_llm_deployment
+    from ray.serve.llm.deployment import LLMServer, PDDecodeServer, PDPrefillServer
+
+    app_args = AppArgs.model_validate(args)
+    router = build_llm_deployment(app_args.llm_config("router", prepare=True), name_prefix="Router:",
+                                  deployment_cls=LLMServer)
+    if app_args.disaggregated:
+        prefill = build_llm_deployment(app_args.llm_config("prefill", prepare=True), name_prefix="Prefill:",
+                                       deployment_cls=PDPrefillServer)
+        decode_config = app_args.llm_config("decode", prepare=True)
+        decode_config.experimental_configs.setdefault("NIXL_SIDE_CHANNEL_PORT_BASE", 22000)
+        answer = build_llm_deployment(decode_config, name_prefix="Decode:", deployment_cls=PDDecodeServer,
+                                      bind_kwargs={"prefill_server": prefill})
+    else:
+        answer = build_llm_deployment(app_args.llm_config("answer", prepare=True), name_prefix="Answer:",
+                                      deployment_cls=LLMServer)
+    ingress = app_args.ingress
+    actor_options: dict[str, Any] = {"num_cpus": ingress.num_cpus}
+    if ingress.node_type:
+        actor_options["resources"] = {node_type_resource(ingress.node_type): NODE_TYPE_SHARE}
+    deployment = serve.deployment(MoLIngress, name="MoLIngress", num_replicas=ingress.num_replicas,
+                                  max_ongoing_requests=ingress.max_ongoing_requests,
+                                  ray_actor_options=actor_options)
+    return deployment.bind(app_args.model_dump(mode="json"), router, answer)

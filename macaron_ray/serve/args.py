@@ -1,0 +1,253 @@
+"""The application's arguments: one pydantic model per `serve deploy` profile.
+
+A profile names the base, the specialists, the store, and one engine role per
+LLM deployment (router, prefill, decode; or router and one aggregated answer
+engine). `AppArgs.llm_config(role)` turns a role into Ray Serve LLM's own
+`LLMConfig`: the engines are configured here, never re-implemented.
+
+Engine settings are layered: `engine_kwargs` shared by every engine, then the
+role's own `engine_kwargs`, then what the project derives (served adapters,
+chat template, KV connector). A key set in two places must agree with the
+derived one, so a profile cannot silently turn off what the topology needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, Specialist, SpecialistRegistry
+from macaron_ray.specialists.labels import ROLES
+
+EMBEDDED = "embedded"
+"""The committed default: SmolLM2-135M-Instruct prepared from its wheel, the four built adapters."""
+
+ROLE_NAMES = ("router", "prefill", "decode", "answer")
+NODE_TYPE_RESOURCE_PREFIX = "macaron_node_"
+"""A node of type T advertises the custom resource `macaron_node_T` (see cluster/)."""
+NODE_TYPE_SHARE = 0.001
+"""What one replica asks of its node type's resource: a label, not a capacity."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BaseArgs(_Strict):
+    source: str = EMBEDDED
+    """`embedded`, a local model directory, or a model id the cluster's nodes can load."""
+    served_name: str = Field("base", pattern=r"^[A-Za-z0-9._-]+$")
+    """Private: the engine-side model name. Clients only ever see `public_model`."""
+    chat_template: str | None = EMBEDDED
+    """`embedded` (the project's template; only for the embedded base), a path, or none (the model's own)."""
+
+
+class AdapterArgs(_Strict):
+    label: str = Field(pattern=r"^L[0-9]+$")
+    adapter_id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    path: str = Field(min_length=1)
+    """A directory every node that runs an answer engine can read."""
+    rank: int = Field(ge=1, le=512)
+
+
+class StoreArgs(_Strict):
+    kind: Literal["sqlite", "redis"] = "sqlite"
+    path: str | None = None
+    """SQLite file (default: the cache dir); one node only."""
+    url: str | None = None
+    """Redis URL; shared by every ingress replica."""
+
+    @model_validator(mode="after")
+    def _where(self) -> "StoreArgs":
+        if self.kind == "redis" and not self.url:
+            raise ValueError("store.kind 'redis' needs store.url")
+        if self.kind == "sqlite" and self.url:
+            raise ValueError("store.url is for redis; sqlite takes store.path")
+        return self
+
+
+class IngressArgs(_Strict):
+    num_replicas: int = Field(1, ge=1)
+    max_ongoing_requests: int = Field(64, ge=1)
+    node_type: str | None = None
+    num_cpus: float = Field(0.5, ge=0)
+    api_keys_env: str | None = None
+    """Name of an env var holding comma-separated API keys; unset: no auth."""
+
+
+class EngineRole(_Strict):
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    cpu_cores: str | None = Field(None, pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+    """CPU engines: the cores its OpenMP threads are pinned to (VLLM_CPU_OMP_THREADS_BIND)."""
+    kv_cache_gib: int | None = Field(None, ge=1)
+    """CPU engines: VLLM_CPU_KVCACHE_SPACE."""
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    node_type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    num_replicas: int = Field(1, ge=1)
+    max_ongoing_requests: int | None = Field(None, ge=1)
+    placement_group_config: dict[str, Any] | None = None
+    nixl_port_base: int | None = Field(None, ge=1024, le=65000)
+
+
+class AppArgs(_Strict):
+    profile: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    public_model: str = Field(DEFAULT_PUBLIC_MODEL, min_length=1)
+    accelerator: Literal["cpu", "gpu"] = "cpu"
+    accelerator_type: str | None = None
+    """GPU profiles: Ray's accelerator type (e.g. B300, H20); engines land only on such nodes."""
+    base: BaseArgs = Field(default_factory=BaseArgs)
+    adapters: Literal["embedded"] | list[AdapterArgs] = EMBEDDED
+    store: StoreArgs = Field(default_factory=StoreArgs)
+    ingress: IngressArgs = Field(default_factory=IngressArgs)
+    disaggregated: bool = True
+    kv_connector: str = "NixlConnector"
+    kv_buffer_device: Literal["cpu", "cuda"] = "cpu"
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Shared by every engine."""
+    router: EngineRole = Field(default_factory=EngineRole)
+    prefill: EngineRole | None = None
+    decode: EngineRole | None = None
+    answer: EngineRole | None = None
+    """The aggregated answer engine (disaggregated: false)."""
+
+    @field_validator("adapters")
+    @classmethod
+    def _distinct(cls, adapters):
+        if isinstance(adapters, list):
+            labels = [a.label for a in adapters]
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"duplicate adapter labels: {labels}")
+            if "L0" not in labels:
+                raise ValueError("the adapters must include L0 (the router and chat specialist)")
+        return adapters
+
+    @model_validator(mode="after")
+    def _topology(self) -> "AppArgs":
+        if self.disaggregated:
+            if self.prefill is None or self.decode is None:
+                raise ValueError("a disaggregated profile needs both 'prefill' and 'decode'")
+            if self.answer is not None:
+                raise ValueError("'answer' is the aggregated engine; a disaggregated profile has prefill and decode")
+        else:
+            if self.answer is None:
+                raise ValueError("an aggregated profile (disaggregated: false) needs 'answer'")
+            if self.prefill is not None or self.decode is not None:
+                raise ValueError("an aggregated profile has no 'prefill' or 'decode'")
+        if self.accelerator == "cpu" and self.accelerator_type:
+            raise ValueError("accelerator_type is for GPU profiles")
+        if self.base.chat_template == EMBEDDED and self.base.source != EMBEDDED:
+            raise ValueError("base.chat_template 'embedded' fits only the embedded base; give a path or null")
+        for name, role in self.roles().items():
+            for key in ("model", "served_model_name", "lora_modules", "kv_transfer_config"):
+                if key in role.engine_kwargs or key in self.engine_kwargs:
+                    raise ValueError(f"{name}: engine_kwargs.{key} is set by the topology, not by the profile")
+            if self.accelerator == "gpu" and (role.cpu_cores or role.kv_cache_gib):
+                raise ValueError(f"{name}: cpu_cores and kv_cache_gib are for CPU engines")
+        return self
+
+    # -- derived views -------------------------------------------------------
+
+    def roles(self) -> dict[str, EngineRole]:
+        """The LLM deployments this profile runs, by role."""
+        roles = {"router": self.router}
+        if self.disaggregated:
+            roles.update(prefill=self.prefill, decode=self.decode)
+        else:
+            roles["answer"] = self.answer
+        return roles
+
+    def adapter_list(self) -> list[AdapterArgs]:
+        if self.adapters != EMBEDDED:
+            return list(self.adapters)
+        from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
+
+        manifest = Manifest.load(BUILT_DIR)
+        return [AdapterArgs(label=a.label, adapter_id=a.adapter_id, path=str(BUILT_DIR / a.path), rank=a.rank)
+                for a in manifest.adapters]
+
+    def registry(self) -> SpecialistRegistry:
+        return SpecialistRegistry(public_model=self.public_model, specialists=tuple(
+            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES.get(a.label, a.label))
+            for a in self.adapter_list()))
+
+    def base_source(self, *, prepare: bool = False) -> str:
+        """The base's path or id. `prepare`: build the embedded base if it is not cached (driver side)."""
+        if self.base.source != EMBEDDED:
+            return self.base.source
+        from macaron_ray.model.prepare import base_model_dir, prepare_base_model
+
+        return str(prepare_base_model() if prepare else base_model_dir())
+
+    def engine_kwargs_for(self, role: str) -> dict[str, Any]:
+        """Everything the role's vLLM engine is started with, except model and served name."""
+        kwargs = copy.deepcopy(self.engine_kwargs)
+        kwargs.update(copy.deepcopy(self.roles()[role].engine_kwargs))
+        adapters = self.adapter_list()
+        if role == "router":
+            adapters = [a for a in adapters if a.label == "L0"]
+        kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max(a.rank for a in adapters),
+                      lora_modules=[{"name": a.adapter_id, "path": a.path} for a in adapters])
+        if self.base.chat_template == EMBEDDED:
+            from macaron_ray.model.chat_template import CHAT_TEMPLATE_PATH
+
+            kwargs["chat_template"] = str(CHAT_TEMPLATE_PATH)
+        elif self.base.chat_template:
+            kwargs["chat_template"] = self.base.chat_template
+        if role in ("prefill", "decode"):
+            kwargs["kv_transfer_config"] = {
+                "kv_connector": self.kv_connector,
+                "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+                "kv_buffer_device": self.kv_buffer_device,
+            }
+        kwargs.setdefault("enable_prompt_tokens_details", True)
+        kwargs.setdefault("enable_prefix_caching", True)
+        return kwargs
+
+    def llm_config(self, role: str, *, prepare: bool = False):
+        """Ray Serve LLM's `LLMConfig` for one role."""
+        from ray.serve.llm import LLMConfig
+
+        spec = self.roles()[role]
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **spec.env_vars}
+        if spec.cpu_cores:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_cores
+        if spec.kv_cache_gib:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
+        deployment: dict[str, Any] = {"num_replicas": spec.num_replicas}
+        if spec.max_ongoing_requests:
+            deployment["max_ongoing_requests"] = spec.max_ongoing_requests
+        if spec.node_type:
+            deployment["ray_actor_options"] = {"resources": {node_type_resource(spec.node_type): NODE_TYPE_SHARE}}
+        experimental = {}
+        if spec.nixl_port_base:
+            experimental["NIXL_SIDE_CHANNEL_PORT_BASE"] = spec.nixl_port_base
+        config = dict(
+            model_loading_config={"model_id": self.base.served_name, "model_source": self.base_source(prepare=prepare)},
+            engine_kwargs=self.engine_kwargs_for(role),
+            runtime_env={"env_vars": env},
+            deployment_config=deployment,
+            experimental_configs=experimental,
+            log_engine_metrics=True,
+        )
+        if self.accelerator == "cpu":
+            config["accelerator_config"] = {"kind": "cpu"}
+        elif self.accelerator_type:
+            config["accelerator_type"] = self.accelerator_type
+        if spec.placement_group_config:
+            config["placement_group_config"] = spec.placement_group_config
+        return LLMConfig(**config)
+
+
+def node_type_resource(node_type: str) -> str:
+    return NODE_TYPE_RESOURCE_PREFIX + node_type.replace("-", "_")
+
+
+def load_profile(path: str | Path) -> AppArgs:
+    """The args of the first application in a `serve deploy` file."""
+    import yaml
+
+    doc = yaml.safe_load(Path(path).read_text())
+    return AppArgs.model_validate(doc["applications"][0]["args"])

@@ -1,0 +1,109 @@
+"""EngineClient over a Ray Serve LLM deployment handle.
+
+The handle points at an `LLMServer` (router, aggregated answer engine) or a
+`PDDecodeServer` (which runs the remote prefill itself). The request is the
+same OpenAI chat body the HTTP client sends, as Ray Serve LLM's
+`ChatCompletionRequest`; the streamed chunks are the same SSE lines, so both
+clients share `StreamAccumulator`.
+
+`ReplicaWatch` follows Serve's view of each deployment: while a deployment has
+no running replica, `stream` fails at once with a retryable EngineError (the
+API answers 503 with Retry-After) instead of queueing behind a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest
+from macaron_ray.engine.openai_http import StreamAccumulator, request_body
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicaWatch:
+    """Running-replica counts of this application's deployments, refreshed in the background."""
+
+    def __init__(self, app_name: str, *, interval_s: float = 0.5):
+        self.app_name = app_name
+        self.interval_s = interval_s
+        self._running: dict[str, int] = {}
+        self._updated = 0.0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._poll())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def available(self, deployment: str) -> bool:
+        """False only when Serve reported, recently, that the deployment has no running replica."""
+        if time.monotonic() - self._updated > 10 * self.interval_s:
+            return True  # no fresh view: let the request try
+        return self._running.get(deployment, 1) > 0
+
+    async def _poll(self) -> None:
+        from ray import serve
+
+        while True:
+            try:
+                status = await asyncio.to_thread(serve.status)
+                app = status.applications.get(self.app_name)
+                if app is not None:
+                    self._running = {name: d.replica_states.get("RUNNING", 0) for name, d in app.deployments.items()}
+                    self._updated = time.monotonic()
+            except Exception as exc:  # the controller restarting must not kill the ingress
+                logger.warning("could not read Serve status: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+
+def _lines(item) -> list[str]:
+    if isinstance(item, list):
+        return [line for part in item for line in _lines(part)]
+    if isinstance(item, str):
+        return [line[6:] for line in item.splitlines() if line.startswith("data: ")]
+    error = getattr(item, "error", None)
+    if error is not None and type(item).__name__ == "ErrorResponse":
+        code = getattr(error, "code", None) or 500
+        raise EngineError(f"engine answered {code}: {getattr(error, 'message', '')[:300]}",
+                          retryable=code >= 500 or code == 429)
+    if hasattr(item, "model_dump_json"):
+        return [item.model_dump_json()]
+    raise EngineError(f"unexpected engine chunk type {type(item).__name__}", retryable=False)
+
+
+class ServeHandleEngine:
+    def __init__(self, handle, *, watch: ReplicaWatch | None = None):
+        self._handle = handle.options(stream=True)
+        self._deployment = handle.deployment_name
+        self._watch = watch
+
+    async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+        from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+        if self._watch is not None and not self._watch.available(self._deployment):
+            raise EngineError(f"{self._deployment} has no running replica")
+        body = ChatCompletionRequest(**request_body(request))
+        acc = StreamAccumulator()
+        try:
+            async for item in self._handle.chat.remote(body):
+                for data in _lines(item):
+                    if data == "[DONE]":
+                        continue
+                    delta = acc.feed(json.loads(data))
+                    if delta is not None:
+                        yield delta
+        except (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError,
+                BackPressureError) as exc:
+            raise EngineError(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
+        yield acc.final()
