@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
 from macaron_ray.engine.local_server import LocalEngineSpec, LocalVLLMServer, free_port
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout (an editable install): `deployments/` lives beside the package."""
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -64,24 +68,77 @@ def _bench_multihop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_pd(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import pd
+
+    result = pd.run(args.pd_profile, args.aggregated_profile, args.out, conversations=args.conversations,
+                    answer_tokens=args.answer_tokens, long_prompt_words=args.long_prompt_words,
+                    duration_s=args.duration_s, log_dir=args.out.parent)
+    print(pd.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if args.standalone:
+        return _serve_standalone(args)
+    import signal
+
+    from macaron_ray.paths import cache_dir
+    from macaron_ray.serve.args import load_profile
+    from macaron_ray.serve.local_cluster import LocalRayCluster, LocalNode, serve_config_with
+
+    profile = load_profile(args.profile)
+    node_types = sorted({r.node_type for r in profile.roles().values() if r.node_type}
+                        | {profile.ingress.node_type} - {None})
+    if len(node_types) > 1:
+        print(f"error: {args.profile} spans node types {node_types}; deploy it on a cluster with "
+              "`serve deploy` (this command runs one local node)", file=sys.stderr)
+        return 2
+    logs = cache_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cluster = LocalRayCluster(nodes=[LocalNode(node_types[0] if node_types else "cpu", num_cpus=8)],
+                              log_path=logs / "ray.log")
+    config = serve_config_with(args.profile, logs / "serve-config.yaml", port=args.port)
+    print(f"starting Ray (dashboard {cluster.dashboard_url}) ...", flush=True)
+    # Ctrl-C and SIGTERM both end in `ray stop`, engines included.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with cluster:
+        print(f"deploying {args.profile} (engines start in a few minutes on CPU) ...", flush=True)
+        cluster.serve_deploy(config)
+        cluster.wait_running("macaron", timeout_s=args.timeout_s)
+        url = f"http://127.0.0.1:{args.port}"
+        print(_ready_banner(url, profile.public_model), flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping ...", flush=True)
+    return 0
+
+
+def _ready_banner(url: str, model: str) -> str:
+    return (f"serving {model} at {url}/v1\n"
+            f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+            f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", "
+            f"\"content\": \"Write a Python function that reverses a string.\"}}]}}'")
+
+
+def _serve_standalone(args: argparse.Namespace) -> int:
+    """One engine for every hop, no Ray: the API app over a local vLLM server."""
     import uvicorn
 
     from macaron_ray.api.standalone import build_standalone_app
     from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
     from macaron_ray.paths import cache_dir
 
-    server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")
     (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
+    server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")
     print(f"starting the engine (cores {server.spec.cores}) ...", flush=True)
     server.start()
     try:
         app = build_standalone_app(server.spec.base_url, server.spec.model_dir, cache_dir() / "state" / "conversations.db")
-        url = f"http://{args.host}:{args.port}"
-        print(f"serving {DEFAULT_PUBLIC_MODEL} at {url}/v1\n"
-              f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-              f"    -d '{{\"model\": \"{DEFAULT_PUBLIC_MODEL}\", \"messages\": [{{\"role\": \"user\", "
-              f"\"content\": \"Write a Python function that reverses a string.\"}}]}}'", flush=True)
+        print(_ready_banner(f"http://{args.host}:{args.port}", DEFAULT_PUBLIC_MODEL), flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         server.stop()
@@ -121,16 +178,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-multihop.log"))
     p.set_defaults(func=_bench_multihop)
 
-    p = sub.add_parser("serve", help="serve the embedded default on this machine")
-    p.add_argument("--host", default="127.0.0.1")
+    p = bench.add_parser("pd", help="decode TPOT under long prompts: PD vs aggregated, same run")
+    p.add_argument("--out", type=Path, default=Path(".bench/pd.json"))
+    p.add_argument("--pd-profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")
+    p.add_argument("--aggregated-profile", type=Path,
+                   default=PACKAGE_ROOT / "deployments" / "local-cpu-aggregated.yaml")
+    p.add_argument("--conversations", type=int, default=3)
+    p.add_argument("--answer-tokens", type=int, default=32)
+    p.add_argument("--long-prompt-words", type=int, default=1200, help="about 1.5 tokens a word")
+    p.add_argument("--duration-s", type=float, default=60.0, help="load time per topology")
+    p.set_defaults(func=_bench_pd)
+
+    p = sub.add_parser("serve", help="serve a profile on a local Ray cluster (default: the embedded local-cpu)")
+    p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml",
+                   help="a `serve deploy` file")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--cores", default="0-1")
+    p.add_argument("--timeout-s", type=float, default=900, help="how long the engines may take to start")
+    p.add_argument("--standalone", action="store_true", help="one vLLM engine for every hop, without Ray")
+    p.add_argument("--host", default="127.0.0.1", help="--standalone only")
+    p.add_argument("--cores", default="0-1", help="--standalone only: cores the engine is pinned to")
     p.set_defaults(func=_serve)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per status poll otherwise
     args = build_parser().parse_args(argv)
     if getattr(args, "engine_log", None):
         args.engine_log.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Any
 from ray import serve
 from ray.serve.deployment import Application
 
-from macaron_ray.serve.args import NODE_TYPE_SHARE, AppArgs, node_type_resource
+from macaron_ray.serve.args import DEPLOYMENT_PREFIX, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, node_type_resource
 
 
 @serve.ingress()
@@ -78,23 +78,21 @@ def build_app(args: dict[str, Any]) -> Application:
     from ray.serve.llm.deployment import LLMServer, PDDecodeServer, PDPrefillServer
 
     app_args = AppArgs.model_validate(args)
-    router = build_llm_deployment(app_args.llm_config("router", prepare=True), name_prefix="Router:",
-                                  deployment_cls=LLMServer)
+
+    def llm_deployment(role: str, cls, **bind_kwargs):
+        return build_llm_deployment(app_args.llm_config(role, prepare=True), name_prefix=DEPLOYMENT_PREFIX[role],
+                                    deployment_cls=cls, bind_kwargs=bind_kwargs or None)
+
+    router = llm_deployment("router", LLMServer)
     if app_args.disaggregated:
-        prefill = build_llm_deployment(app_args.llm_config("prefill", prepare=True), name_prefix="Prefill:",
-                                       deployment_cls=PDPrefillServer)
-        decode_config = app_args.llm_config("decode", prepare=True)
-        decode_config.experimental_configs.setdefault("NIXL_SIDE_CHANNEL_PORT_BASE", 22000)
-        answer = build_llm_deployment(decode_config, name_prefix="Decode:", deployment_cls=PDDecodeServer,
-                                      bind_kwargs={"prefill_server": prefill})
+        answer = llm_deployment("decode", PDDecodeServer, prefill_server=llm_deployment("prefill", PDPrefillServer))
     else:
-        answer = build_llm_deployment(app_args.llm_config("answer", prepare=True), name_prefix="Answer:",
-                                      deployment_cls=LLMServer)
+        answer = llm_deployment("answer", LLMServer)
     ingress = app_args.ingress
     actor_options: dict[str, Any] = {"num_cpus": ingress.num_cpus}
     if ingress.node_type:
         actor_options["resources"] = {node_type_resource(ingress.node_type): NODE_TYPE_SHARE}
-    deployment = serve.deployment(MoLIngress, name="MoLIngress", num_replicas=ingress.num_replicas,
+    deployment = serve.deployment(MoLIngress, name=INGRESS_DEPLOYMENT, num_replicas=ingress.num_replicas,
                                   max_ongoing_requests=ingress.max_ongoing_requests,
                                   ray_actor_options=actor_options)
     return deployment.bind(app_args.model_dump(mode="json"), router, answer)

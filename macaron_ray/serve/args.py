@@ -14,6 +14,7 @@ derived one, so a profile cannot silently turn off what the topology needs.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,10 +27,19 @@ EMBEDDED = "embedded"
 """The committed default: SmolLM2-135M-Instruct prepared from its wheel, the four built adapters."""
 
 ROLE_NAMES = ("router", "prefill", "decode", "answer")
+DEPLOYMENT_PREFIX = {"router": "Router:", "prefill": "Prefill:", "decode": "Decode:", "answer": "Answer:"}
+INGRESS_DEPLOYMENT = "MoLIngress"
+NIXL_PORT_BASE = {"prefill": 20000, "decode": 22000}
+"""NIXL side-channel ports (plus the replica's offset): prefill and decode replicas may share a
+node, so each role starts from its own base."""
 NODE_TYPE_RESOURCE_PREFIX = "macaron_node_"
 """A node of type T advertises the custom resource `macaron_node_T` (see cluster/)."""
 NODE_TYPE_SHARE = 0.001
 """What one replica asks of its node type's resource: a label, not a capacity."""
+NODE_TYPE_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `max_lora_rank` values vLLM 0.29 accepts (`vllm.config.lora.MaxLoRARanks`); an adapter of
+rank 48 is served with max_lora_rank 64. tests/unit/test_profiles.py checks this against vLLM."""
 
 
 class _Strict(BaseModel):
@@ -72,18 +82,54 @@ class StoreArgs(_Strict):
 class IngressArgs(_Strict):
     num_replicas: int = Field(1, ge=1)
     max_ongoing_requests: int = Field(64, ge=1)
-    node_type: str | None = None
+    node_type: str | None = Field(None, pattern=NODE_TYPE_PATTERN)
     num_cpus: float = Field(0.5, ge=0)
     api_keys_env: str | None = None
     """Name of an env var holding comma-separated API keys; unset: no auth."""
+
+
+class CapacityArgs(_Strict):
+    """Sizing facts `macaron plan` cannot read on this machine, declared in the profile.
+
+    What can be read here (a safetensors header, the base's config.json) is read;
+    a declared value that disagrees with it is an error, never silently preferred.
+    """
+
+    base_parameters: int | None = Field(None, ge=1)
+    """Stored values of the base (GLM-5.2: the report's nominal 744B). Unset: counted from the
+    embedded base's safetensors headers."""
+    adapter_values: dict[str, int] = Field(default_factory=dict)
+    """Stored values of each adapter, by label, as published in its safetensors header; used
+    while the adapter's files are not on this machine."""
+    adapter_values_rounding: int = Field(1, ge=1)
+    """The declared adapter_values are rounded to a multiple of this many values (1: exact);
+    a header count more than half of it away is a disagreement."""
+    base_bytes_per_value: float = Field(2.0, gt=0)
+    """Device bytes per stored base value: 2 for bf16, 1 for fp8."""
+    adapter_bytes_per_value: float = Field(2.0, gt=0)
+    """Device bytes per stored adapter value."""
+    kv_bytes_per_token_per_device: int | None = Field(None, ge=1)
+    """KV cache bytes one token takes on one device of an engine, before decode context
+    parallelism shards the tokens. Unset: from the base's config.json when it is local."""
+    device_memory_gib: float | None = Field(None, gt=0)
+    """Memory of one accelerator (GPU profiles), in GiB."""
+
+    @field_validator("adapter_values")
+    @classmethod
+    def _labels(cls, values: dict[str, int]) -> dict[str, int]:
+        for label, count in values.items():
+            if not re.fullmatch(r"L[0-9]+", label) or count < 1:
+                raise ValueError(f"adapter_values: {label!r}: {count} is not a label and a positive count")
+        return values
 
 
 class EngineRole(_Strict):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     cpu_cores: str | None = Field(None, pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
     """CPU engines: the cores its OpenMP threads are pinned to (VLLM_CPU_OMP_THREADS_BIND)."""
-    kv_cache_gib: int | None = Field(None, ge=1)
-    """CPU engines: VLLM_CPU_KVCACHE_SPACE."""
+    kv_cache_gib: float | None = Field(None, gt=0)
+    """CPU engines: the KV cache size (vLLM's `kv_cache_memory_bytes`); the CPU default takes a
+    share of the machine's memory, which three engines on one laptop cannot all have."""
     env_vars: dict[str, str] = Field(default_factory=dict)
     node_type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]*$")
     num_replicas: int = Field(1, ge=1)
@@ -112,6 +158,11 @@ class AppArgs(_Strict):
     decode: EngineRole | None = None
     answer: EngineRole | None = None
     """The aggregated answer engine (disaggregated: false)."""
+    cluster: str | None = Field(None, pattern=NODE_TYPE_PATTERN)
+    """The Ray cluster definition `cluster/<name>.yaml` this profile runs on: every node type the
+    profile names must exist there, with GPUs enough for each engine (tests/unit/test_profiles.py)."""
+    capacity: CapacityArgs | None = None
+    """Declared sizing facts for `macaron plan` (GPU profiles: what cannot be read on this machine)."""
 
     @field_validator("adapters")
     @classmethod
@@ -138,12 +189,21 @@ class AppArgs(_Strict):
                 raise ValueError("an aggregated profile has no 'prefill' or 'decode'")
         if self.accelerator == "cpu" and self.accelerator_type:
             raise ValueError("accelerator_type is for GPU profiles")
+        if self.accelerator == "cpu" and self.kv_buffer_device != "cpu":
+            raise ValueError("kv_buffer_device 'cuda' needs a GPU profile; CPU engines transfer KV from CPU memory")
+        if self.capacity and self.adapters != EMBEDDED:
+            unknown = set(self.capacity.adapter_values) - {a.label for a in self.adapters}
+            if unknown:
+                raise ValueError(f"capacity.adapter_values names labels that are not adapters: {sorted(unknown)}")
         if self.base.chat_template == EMBEDDED and self.base.source != EMBEDDED:
             raise ValueError("base.chat_template 'embedded' fits only the embedded base; give a path or null")
         for name, role in self.roles().items():
-            for key in ("model", "served_model_name", "lora_modules", "kv_transfer_config"):
+            for key in ("model", "served_model_name", "lora_modules", "kv_transfer_config",
+                        "enable_lora", "max_loras", "max_lora_rank", "chat_template"):
                 if key in role.engine_kwargs or key in self.engine_kwargs:
                     raise ValueError(f"{name}: engine_kwargs.{key} is set by the topology, not by the profile")
+            if role.kv_cache_gib and "kv_cache_memory_bytes" in {**self.engine_kwargs, **role.engine_kwargs}:
+                raise ValueError(f"{name}: set kv_cache_gib or engine_kwargs.kv_cache_memory_bytes, not both")
             if self.accelerator == "gpu" and (role.cpu_cores or role.kv_cache_gib):
                 raise ValueError(f"{name}: cpu_cores and kv_cache_gib are for CPU engines")
         return self
@@ -158,6 +218,18 @@ class AppArgs(_Strict):
         else:
             roles["answer"] = self.answer
         return roles
+
+    def deployment_name(self, role: str) -> str:
+        """The Serve deployment of a role, as Ray Serve LLM names it (`Decode:base`)."""
+        return DEPLOYMENT_PREFIX[role] + self.base.served_name.replace("/", "--").replace(".", "_")
+
+    def deployment_names(self) -> set[str]:
+        """Every deployment of the application, the ingress included."""
+        return {INGRESS_DEPLOYMENT, *(self.deployment_name(role) for role in self.roles())}
+
+    def answer_role(self) -> str:
+        """The role whose deployment the ingress sends answer hops to."""
+        return "decode" if self.disaggregated else "answer"
 
     def adapter_list(self) -> list[AdapterArgs]:
         if self.adapters != EMBEDDED:
@@ -184,11 +256,12 @@ class AppArgs(_Strict):
     def engine_kwargs_for(self, role: str) -> dict[str, Any]:
         """Everything the role's vLLM engine is started with, except model and served name."""
         kwargs = copy.deepcopy(self.engine_kwargs)
-        kwargs.update(copy.deepcopy(self.roles()[role].engine_kwargs))
+        role_spec = self.roles()[role]
+        kwargs.update(copy.deepcopy(role_spec.engine_kwargs))
         adapters = self.adapter_list()
         if role == "router":
             adapters = [a for a in adapters if a.label == "L0"]
-        kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max(a.rank for a in adapters),
+        kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=_vllm_lora_rank(max(a.rank for a in adapters)),
                       lora_modules=[{"name": a.adapter_id, "path": a.path} for a in adapters])
         if self.base.chat_template == EMBEDDED:
             from macaron_ray.model.chat_template import CHAT_TEMPLATE_PATH
@@ -202,6 +275,8 @@ class AppArgs(_Strict):
                 "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
                 "kv_buffer_device": self.kv_buffer_device,
             }
+        if role_spec.kv_cache_gib:
+            kwargs["kv_cache_memory_bytes"] = int(role_spec.kv_cache_gib * 2**30)
         kwargs.setdefault("enable_prompt_tokens_details", True)
         kwargs.setdefault("enable_prefix_caching", True)
         return kwargs
@@ -214,16 +289,14 @@ class AppArgs(_Strict):
         env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **spec.env_vars}
         if spec.cpu_cores:
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_cores
-        if spec.kv_cache_gib:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
         deployment: dict[str, Any] = {"num_replicas": spec.num_replicas}
         if spec.max_ongoing_requests:
             deployment["max_ongoing_requests"] = spec.max_ongoing_requests
         if spec.node_type:
             deployment["ray_actor_options"] = {"resources": {node_type_resource(spec.node_type): NODE_TYPE_SHARE}}
         experimental = {}
-        if spec.nixl_port_base:
-            experimental["NIXL_SIDE_CHANNEL_PORT_BASE"] = spec.nixl_port_base
+        if role in NIXL_PORT_BASE:
+            experimental["NIXL_SIDE_CHANNEL_PORT_BASE"] = spec.nixl_port_base or NIXL_PORT_BASE[role]
         config = dict(
             model_loading_config={"model_id": self.base.served_name, "model_source": self.base_source(prepare=prepare)},
             engine_kwargs=self.engine_kwargs_for(role),
@@ -239,6 +312,11 @@ class AppArgs(_Strict):
         if spec.placement_group_config:
             config["placement_group_config"] = spec.placement_group_config
         return LLMConfig(**config)
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds an adapter of this rank."""
+    return next(r for r in VLLM_MAX_LORA_RANKS if r >= rank)
 
 
 def node_type_resource(node_type: str) -> str:

@@ -65,9 +65,14 @@ class ReplicaWatch:
             await asyncio.sleep(self.interval_s)
 
 
-def _lines(item) -> list[str]:
+def sse_payloads(item) -> list[str]:
+    """The `data:` payloads of one item of an LLM deployment's chat stream.
+
+    Streams yield SSE strings (or lists of them, when Serve batched several);
+    a non-streaming call yields the response object itself.
+    """
     if isinstance(item, list):
-        return [line for part in item for line in _lines(part)]
+        return [line for part in item for line in sse_payloads(part)]
     if isinstance(item, str):
         return [line[6:] for line in item.splitlines() if line.startswith("data: ")]
     error = getattr(item, "error", None)
@@ -97,7 +102,7 @@ class ServeHandleEngine:
         acc = StreamAccumulator()
         try:
             async for item in self._handle.chat.remote(body):
-                for data in _lines(item):
+                for data in sse_payloads(item):
                     if data == "[DONE]":
                         continue
                     delta = acc.feed(json.loads(data))

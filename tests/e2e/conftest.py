@@ -21,9 +21,10 @@ def base_model_dir() -> Path:
     return prepare_base_model()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine(base_model_dir, tmp_path_factory) -> LocalVLLMServer:
-    """One engine for the session: base + L0..L3, pinned to both cores."""
+    """One engine per module (base + L0..L3, pinned to both cores), so that it is gone before the
+    Ray topology tests need the cores and the memory."""
     log = tmp_path_factory.mktemp("engine") / "vllm.log"
     spec = LocalEngineSpec.from_manifest(base_model_dir, port=free_port(), cores="0-1")
     server = LocalVLLMServer(spec, log_path=log)

@@ -1,0 +1,191 @@
+"""A Ray cluster on this machine, for `macaron serve`, the serve tests and `macaron bench pd`.
+
+`LocalRayCluster` runs `ray start` for a head node and any number of worker
+nodes, each advertising its node type as the custom resource the profiles ask
+for (`macaron_node_<type>`), and `ray stop` when it closes. Applications go on
+it the way they go on a real cluster: `serve deploy <profile.yaml>` through the
+dashboard's REST API. Every node of a local cluster shares one session, so the
+cluster also knows which processes are its own (`processes()`), for the memory
+figures.
+
+Ray's CPU count is a scheduling budget, not cores: engines are pinned to cores
+by the profile (`cpu_cores`), and the head advertises enough logical CPUs for
+Serve's actors and the engines' placement groups to fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from macaron_ray.engine.local_server import free_port
+from macaron_ray.serve.args import node_type_resource
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Every port of a local cluster is bound to loopback; token auth would only make each
+    # `serve` and `ray` call here carry a token file.
+    "RAY_AUTH_MODE": "disabled",
+    # Idle Ray workers keep whatever they imported (torch, vLLM: ~0.7 GB each); let them go.
+    "RAY_num_workers_soft_limit": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+}
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    node_type: str
+    num_cpus: int = 4
+    object_store_memory_bytes: int = 256 * 2**20
+    """Ray's default takes 30 % of memory per node; replies here are small."""
+
+
+@dataclass
+class LocalRayCluster:
+    nodes: list[LocalNode] = field(default_factory=lambda: [LocalNode("cpu", num_cpus=8)])
+    """The first node is the head."""
+    temp_dir: Path | None = None
+    gcs_port: int = field(default_factory=free_port)
+    dashboard_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    log_path: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def _ray(self, *args: str, timeout_s: float = 180) -> None:
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        env = {**os.environ, **RAY_ENV}
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            proc = subprocess.run([ray_bin, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
+        if proc.returncode != 0:
+            raise RuntimeError(f"`ray {args[0]}` failed with {proc.returncode}"
+                               + (f"; see {self.log_path}" if self.log_path else ""))
+
+    def _node_args(self, node: LocalNode) -> list[str]:
+        return ["--num-cpus", str(node.num_cpus), "--num-gpus", "0",
+                "--resources", json.dumps({node_type_resource(node.node_type): 1}),
+                "--object-store-memory", str(node.object_store_memory_bytes),
+                "--metrics-export-port", str(self.metrics_port if node is self.nodes[0] else free_port())]
+
+    def start(self) -> "LocalRayCluster":
+        head, *workers = self.nodes
+        head_args = ["start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(self.gcs_port),
+                     "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
+                     "--disable-usage-stats", *self._node_args(head)]
+        if self.temp_dir:
+            head_args += ["--temp-dir", str(self.temp_dir)]
+        self._ray(*head_args)
+        for node in workers:
+            self._ray("start", "--address", self.address, "--node-ip-address", "127.0.0.1",
+                      *self._node_args(node))
+        self._wait_dashboard()
+        return self
+
+    def _wait_dashboard(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.dashboard_url}/api/version", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError("the Ray dashboard did not come up")
+
+    @property
+    def session_dir(self) -> Path:
+        """This cluster's Ray session directory (`session_latest` under the temp dir)."""
+        return ((self.temp_dir or Path("/tmp/ray")) / "session_latest").resolve()
+
+    def stop(self) -> None:
+        """`ray stop`, then end what it leaves: vLLM's engine processes are children of Serve
+        replicas, and outlive them (pinned, spinning) when the raylet that would reap their
+        process group is stopped first."""
+        from macaron_ray.bench.memory import session_processes
+
+        groups = set()
+        for proc in session_processes(self.session_dir.name):
+            try:
+                groups.add(os.getpgid(proc.pid))
+            except OSError:
+                pass
+        groups.discard(os.getpgrp())
+        self._ray("stop", "--force", timeout_s=120)
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except OSError:
+                pass  # already gone
+
+    def __enter__(self) -> "LocalRayCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- Serve -------------------------------------------------------------------------------
+
+    def serve_deploy(self, config: Path) -> None:
+        """`serve deploy config` against this cluster (returns once the config is accepted)."""
+        serve_bin = str(Path(sys.executable).with_name("serve"))
+        proc = subprocess.run([serve_bin, "deploy", str(config), "-a", self.dashboard_url],
+                              env={**os.environ, **RAY_ENV}, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"serve deploy failed: {proc.stderr[-2000:]}")
+
+    def serve_status(self) -> dict:
+        resp = httpx.get(f"{self.dashboard_url}/api/serve/applications/", timeout=10)
+        resp.raise_for_status()
+        return resp.json()
+
+    def wait_running(self, app: str, deployments: set[str] | None = None, timeout_s: float = 600) -> dict:
+        """Block until `app` is RUNNING with every deployment HEALTHY (and, if given, exactly
+        `deployments`, so a redeploy is not mistaken for the config it replaces); fail fast on
+        DEPLOY_FAILED."""
+        deadline = time.monotonic() + timeout_s
+        status: dict = {}
+        while time.monotonic() < deadline:
+            status = self.serve_status().get("applications", {}).get(app, {})
+            if status.get("status") == "DEPLOY_FAILED":
+                raise RuntimeError(f"{app} failed to deploy: {status.get('message', '')[-3000:]}")
+            current = status.get("deployments") or {}
+            if (status.get("status") == "RUNNING" and all(d["status"] == "HEALTHY" for d in current.values())
+                    and (deployments is None or set(current) == deployments)):
+                return status
+            time.sleep(2)
+        raise TimeoutError(f"{app} not RUNNING after {timeout_s:.0f} s: {str(status)[-2000:]}")
+
+    def serve_shutdown(self) -> None:
+        httpx.delete(f"{self.dashboard_url}/api/serve/applications/", timeout=60).raise_for_status()
+
+
+def serve_config_with(path: Path, out: Path, *, port: int | None = None, **arg_overrides) -> Path:
+    """A copy of the `serve deploy` file at `path` with another HTTP port and some args replaced."""
+    doc = yaml.safe_load(Path(path).read_text())
+    if port is not None:
+        doc.setdefault("http_options", {})["port"] = port
+    doc["applications"][0]["args"].update(arg_overrides)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out

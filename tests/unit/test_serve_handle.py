@@ -1,0 +1,142 @@
+"""The EngineClient over Serve handles, and the profile's derived engine settings, without Ray running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ray.serve.llm.openai_api_models import ErrorResponse
+
+from macaron_ray.core.engine_client import EngineError, EngineRequest
+from macaron_ray.serve.args import AppArgs, load_profile
+from macaron_ray.serve.handle_engine import ReplicaWatch, ServeHandleEngine, sse_payloads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sse(chunk: dict) -> str:
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+def _delta(text: str, finish: str | None = None) -> dict:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+class FakeHandle:
+    """Stands in for a DeploymentHandle: `.options(stream=True).chat.remote(body)` yields items."""
+
+    deployment_name = "Decode:base"
+
+    def __init__(self, items=(), error: BaseException | None = None):
+        self.items, self.error, self.bodies = list(items), error, []
+
+    def options(self, **_):
+        return self
+
+    @property
+    def chat(self):
+        return self
+
+    async def _stream(self):
+        for item in self.items:
+            yield item
+        if self.error is not None:
+            raise self.error
+
+    def remote(self, body):
+        self.bodies.append(body)
+        return self._stream()
+
+
+async def _collect(engine, request):
+    return [d async for d in engine.stream(request)]
+
+
+def test_stream_turns_sse_items_and_batches_into_deltas():
+    usage = {"usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+                       "prompt_tokens_details": {"cached_tokens": 4}}, "choices": []}
+    handle = FakeHandle([_sse(_delta("Hel")), [_sse(_delta("lo")), _sse(_delta("!", "stop"))], _sse(usage),
+                         "data: [DONE]\n\n"])
+    deltas = asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(
+        adapter="adapter-2", messages=[{"role": "user", "content": "hi"}], max_tokens=5, choice=("L0", "L1"))))
+    assert [d.text for d in deltas[:-1]] == ["Hel", "lo", "!"]
+    final = deltas[-1]
+    assert final.finish_reason == "stop" and final.usage.cached_tokens == 4 and final.usage.prompt_tokens == 7
+    body = handle.bodies[0]
+    assert body.model == "adapter-2" and body.stream and body.max_tokens == 5
+
+
+def test_an_engine_error_response_becomes_an_engine_error():
+    error = ErrorResponse(error={"message": "boom", "type": "InternalServerError", "code": 500})
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(FakeHandle([error])), EngineRequest(adapter="a", messages=[])))
+    assert err.value.retryable
+    bad = ErrorResponse(error={"message": "bad", "type": "BadRequestError", "code": 400})
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(FakeHandle([bad])), EngineRequest(adapter="a", messages=[])))
+    assert not err.value.retryable
+
+
+def test_a_dead_replica_is_a_retryable_engine_error():
+    from ray.exceptions import ActorDiedError
+
+    handle = FakeHandle([_sse(_delta("x"))], error=ActorDiedError())
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(adapter="a", messages=[])))
+    assert err.value.retryable
+
+
+def test_no_running_replica_fails_at_once_without_calling_the_handle():
+    watch = ReplicaWatch("macaron")
+    watch._running, watch._updated = {"Decode:base": 0}, time.monotonic()
+    handle = FakeHandle([_sse(_delta("x"))])
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(handle, watch=watch), EngineRequest(adapter="a", messages=[])))
+    assert err.value.retryable and handle.bodies == []
+    # A stale view lets the request try: the handle itself then decides.
+    watch._updated = time.monotonic() - 60
+    assert watch.available("Decode:base")
+
+
+def test_sse_payloads_reads_strings_and_lists():
+    assert sse_payloads(["data: a\n\ndata: b\n\n", "data: c\n\n"]) == ["a", "b", "c"]
+
+
+def test_local_cpu_profile_derives_each_engine():
+    args = load_profile(ROOT / "deployments" / "local-cpu.yaml")
+    assert args.deployment_names() == {"MoLIngress", "Router:base", "Prefill:base", "Decode:base"}
+    assert args.answer_role() == "decode"
+    router, prefill, decode = (args.engine_kwargs_for(r) for r in ("router", "prefill", "decode"))
+    # The router serves L0 only; prefill and decode carry every adapter, each with its own KV role.
+    assert [m["name"] for m in router["lora_modules"]] == [args.registry().adapter("L0")]
+    assert [m["name"] for m in prefill["lora_modules"]] == [m["name"] for m in decode["lora_modules"]]
+    assert len(decode["lora_modules"]) == 4 and decode["max_lora_rank"] == 8
+    assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
+    assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
+    assert "kv_transfer_config" not in router
+    assert router["kv_cache_memory_bytes"] == 2**28 and decode["kv_cache_memory_bytes"] == 2**29
+    configs = {role: args.llm_config(role) for role in ("router", "prefill", "decode")}
+    pins = {role: c.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] for role, c in configs.items()}
+    assert pins == {"router": "0", "prefill": "0", "decode": "1"}
+    # Prefill and decode may share a node: distinct NIXL side-channel ports.
+    ports = {configs[r].experimental_configs["NIXL_SIDE_CHANNEL_PORT_BASE"] for r in ("prefill", "decode")}
+    assert len(ports) == 2
+    assert configs["decode"].deployment_config["ray_actor_options"]["resources"] == {"macaron_node_cpu": 0.001}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"answer": {"cpu_cores": "1"}}, "'answer' is the aggregated engine"),
+    ({"prefill": None}, "needs both 'prefill' and 'decode'"),
+    ({"engine_kwargs": {"lora_modules": []}}, "set by the topology"),
+    ({"router": {"kv_cache_gib": 1, "engine_kwargs": {"kv_cache_memory_bytes": 1}}}, "not both"),
+    ({"store": {"kind": "redis"}}, "needs store.url"),
+    ({"adapters": [{"label": "L1", "adapter_id": "a", "path": "/x", "rank": 8}]}, "must include L0"),
+])
+def test_profile_errors_name_the_problem(change, message):
+    args = load_profile(ROOT / "deployments" / "local-cpu.yaml").model_dump(mode="json")
+    args.update(change)
+    with pytest.raises(ValueError, match=message):
+        AppArgs.model_validate(args)
