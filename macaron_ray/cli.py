@@ -86,19 +86,20 @@ def _serve(args: argparse.Namespace) -> int:
 
     from macaron_ray.paths import cache_dir
     from macaron_ray.serve.args import load_profile
-    from macaron_ray.serve.local_cluster import LocalRayCluster, LocalNode, serve_config_with
+    from macaron_ray.cluster import ClusterSpec
+    from macaron_ray.serve.local_cluster import LocalRayCluster, serve_config_with
 
     profile = load_profile(args.profile)
-    node_types = sorted({r.node_type for r in profile.roles().values() if r.node_type}
-                        | {profile.ingress.node_type} - {None})
-    if len(node_types) > 1:
-        print(f"error: {args.profile} spans node types {node_types}; deploy it on a cluster with "
-              "`serve deploy` (this command runs one local node)", file=sys.stderr)
+    head = ClusterSpec.named("local-cpu").head
+    node_types = {r.node_type for r in profile.roles().values() if r.node_type} | {profile.ingress.node_type}
+    if node_types - {None, head.node_type}:
+        print(f"error: {args.profile} asks for node types {sorted(node_types - {None})}; this command runs one "
+              f"local node of type {head.node_type!r}: deploy it on its cluster with `serve deploy`",
+              file=sys.stderr)
         return 2
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    cluster = LocalRayCluster(nodes=[LocalNode(node_types[0] if node_types else "cpu", num_cpus=8)],
-                              log_path=logs / "ray.log")
+    cluster = LocalRayCluster(nodes=[head], log_path=logs / "ray.log")
     config = serve_config_with(args.profile, logs / "serve-config.yaml", port=args.port)
     print(f"starting Ray (dashboard {cluster.dashboard_url}) ...", flush=True)
     # Ctrl-C and SIGTERM both end in `ray stop`, engines included.
@@ -185,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
                    default=PACKAGE_ROOT / "deployments" / "local-cpu-aggregated.yaml")
     p.add_argument("--conversations", type=int, default=3)
     p.add_argument("--answer-tokens", type=int, default=32)
-    p.add_argument("--long-prompt-words", type=int, default=1200, help="about 1.5 tokens a word")
-    p.add_argument("--duration-s", type=float, default=60.0, help="load time per topology")
+    p.add_argument("--long-prompt-words", type=int, default=1500, help="about 1.05 tokens a word")
+    p.add_argument("--duration-s", type=float, default=90.0, help="load time per topology")
     p.set_defaults(func=_bench_pd)
 
     p = sub.add_parser("serve", help="serve a profile on a local Ray cluster (default: the embedded local-cpu)")
@@ -198,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="--standalone only")
     p.add_argument("--cores", default="0-1", help="--standalone only: cores the engine is pinned to")
     p.set_defaults(func=_serve)
+    from macaron_ray.plan.report import add_plan_parser
+
+    add_plan_parser(sub)  # macaron plan [PROFILE ...] [--out .bench/plan.json]
     return parser
 
 

@@ -6,7 +6,8 @@ the answer deployment's Serve handle (the path the ingress takes for answer
 hops), so the figures are the engines' and Serve's, not the route hop's:
 
 - `conversations` closed loops each stream a short-prompt answer of exactly
-  `answer_tokens` tokens (`min_tokens` = `max_tokens`), one after another,
+  `answer_tokens` tokens (`ignore_eos`; PD's prefill request caps `max_tokens`
+  at 1, so `min_tokens` cannot be used), one after another,
   under the specialists' adapters;
 - one closed loop sends long prompts (>= `long_prompt_tokens`, a fresh text each
   time so the prefix cache cannot absorb them) with a short answer.
@@ -49,7 +50,7 @@ async def _one(handle, request_cls, adapter: str, text: str, max_tokens: int, *,
 
     body = request_cls(model=adapter, messages=[{"role": "user", "content": text}], stream=True,
                        stream_options={"include_usage": True}, temperature=0.0, max_tokens=max_tokens,
-                       **({"min_tokens": max_tokens} if exact else {}))
+                       ignore_eos=exact)
     started = time.perf_counter()
     first = last = None
     usage = {}
@@ -110,7 +111,7 @@ async def drive(handle, adapters: list[str], *, conversations: int, answer_token
 
 
 def run(pd_profile: Path, aggregated_profile: Path, out: Path, *, conversations: int = 3, answer_tokens: int = 32,
-        long_prompt_words: int = 1200, duration_s: float = 60.0, log_dir: Path = Path(".bench")) -> dict:
+        long_prompt_words: int = 1500, duration_s: float = 90.0, log_dir: Path = Path(".bench")) -> dict:
     import ray
     from ray import serve
 
@@ -132,7 +133,7 @@ def run(pd_profile: Path, aggregated_profile: Path, out: Path, *, conversations:
                                                  duration_s=duration_s))
                 if name == "pd":
                     result["pd_memory"] = topology_memory(cluster.session_dir)
-                cluster.serve_shutdown()
+                serve.delete("macaron")  # engines and all: the next topology gets the cores
         finally:
             ray.shutdown()
     ratio = result["pd"]["running"]["tpot_p99_s"] / result["aggregated"]["running"]["tpot_p99_s"]

@@ -261,7 +261,8 @@ class AppArgs(_Strict):
         adapters = self.adapter_list()
         if role == "router":
             adapters = [a for a in adapters if a.label == "L0"]
-        kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=_vllm_lora_rank(max(a.rank for a in adapters)),
+        kwargs.update(enable_lora=True, max_loras=len(adapters),
+                      max_lora_rank=_vllm_lora_rank(max(a.rank for a in adapters)),
                       lora_modules=[{"name": a.adapter_id, "path": a.path} for a in adapters])
         if self.base.chat_template == EMBEDDED:
             from macaron_ray.model.chat_template import CHAT_TEMPLATE_PATH

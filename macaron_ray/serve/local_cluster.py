@@ -1,12 +1,13 @@
 """A Ray cluster on this machine, for `macaron serve`, the serve tests and `macaron bench pd`.
 
-`LocalRayCluster` runs `ray start` for a head node and any number of worker
-nodes, each advertising its node type as the custom resource the profiles ask
-for (`macaron_node_<type>`), and `ray stop` when it closes. Applications go on
-it the way they go on a real cluster: `serve deploy <profile.yaml>` through the
-dashboard's REST API. Every node of a local cluster shares one session, so the
-cluster also knows which processes are its own (`processes()`), for the memory
-figures.
+`LocalRayCluster` runs `ray start` for the node groups of a cluster definition
+(`cluster/local-cpu.yaml`: the head, and a worker for the two-node tests), each
+node with the flags the definition renders (its node-type resource
+`macaron_node_<type>` among them) plus this machine's ports on loopback, and
+`ray stop` when it closes. Applications go on it the way they go on a real
+cluster: `serve deploy <profile.yaml>` through the dashboard's REST API. All
+nodes share one session directory (`session_dir`), which names the processes
+the memory figures count.
 
 Ray's CPU count is a scheduling budget, not cores: engines are pinned to cores
 by the profile (`cpu_cores`), and the head advertises enough logical CPUs for
@@ -15,7 +16,6 @@ Serve's actors and the engines' placement groups to fit.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+from macaron_ray.cluster import ClusterSpec, NodeGroup
 from macaron_ray.engine.local_server import free_port
-from macaron_ray.serve.args import node_type_resource
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -43,18 +43,10 @@ RAY_ENV = {
 }
 
 
-@dataclass(frozen=True)
-class LocalNode:
-    node_type: str
-    num_cpus: int = 4
-    object_store_memory_bytes: int = 256 * 2**20
-    """Ray's default takes 30 % of memory per node; replies here are small."""
-
-
 @dataclass
 class LocalRayCluster:
-    nodes: list[LocalNode] = field(default_factory=lambda: [LocalNode("cpu", num_cpus=8)])
-    """The first node is the head."""
+    nodes: list[NodeGroup] = field(default_factory=lambda: [ClusterSpec.named("local-cpu").head])
+    """Node groups from a cluster definition; the first is the head. Each group starts `replicas` nodes."""
     temp_dir: Path | None = None
     gcs_port: int = field(default_factory=free_port)
     dashboard_port: int = field(default_factory=free_port)
@@ -83,23 +75,24 @@ class LocalRayCluster:
             raise RuntimeError(f"`ray {args[0]}` failed with {proc.returncode}"
                                + (f"; see {self.log_path}" if self.log_path else ""))
 
-    def _node_args(self, node: LocalNode) -> list[str]:
-        return ["--num-cpus", str(node.num_cpus), "--num-gpus", "0",
-                "--resources", json.dumps({node_type_resource(node.node_type): 1}),
-                "--object-store-memory", str(node.object_store_memory_bytes),
-                "--metrics-export-port", str(self.metrics_port if node is self.nodes[0] else free_port())]
+    def _start_args(self, group: NodeGroup, *, head: bool, metrics_port: int) -> list[str]:
+        """The definition's own `ray start` flags, with this machine's ports and loopback."""
+        args = [a for a in group.ray_start_args(head_address=None if head else self.address)
+                if not a.startswith("--port=")]
+        args += ["--node-ip-address", "127.0.0.1", "--metrics-export-port", str(metrics_port)]
+        if head:
+            args += ["--port", str(self.gcs_port), "--dashboard-host", "127.0.0.1",
+                     "--dashboard-port", str(self.dashboard_port), "--disable-usage-stats"]
+            if self.temp_dir:
+                args += ["--temp-dir", str(self.temp_dir)]
+        return args
 
     def start(self) -> "LocalRayCluster":
         head, *workers = self.nodes
-        head_args = ["start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(self.gcs_port),
-                     "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
-                     "--disable-usage-stats", *self._node_args(head)]
-        if self.temp_dir:
-            head_args += ["--temp-dir", str(self.temp_dir)]
-        self._ray(*head_args)
-        for node in workers:
-            self._ray("start", "--address", self.address, "--node-ip-address", "127.0.0.1",
-                      *self._node_args(node))
+        self._ray("start", *self._start_args(head, head=True, metrics_port=self.metrics_port))
+        for group in workers:
+            for _ in range(group.replicas):
+                self._ray("start", *self._start_args(group, head=False, metrics_port=free_port()))
         self._wait_dashboard()
         return self
 

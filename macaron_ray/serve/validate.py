@@ -280,4 +280,6 @@ def _config_problems(engine_args, given: set[str]) -> list[str]:
 def _first_lines(exc: BaseException, limit: int = 6) -> str:
     """An exception's message, short enough for a list of problems."""
     lines = [line for line in str(exc).splitlines() if line.strip() and "errors.pydantic.dev" not in line]
-    return " | ".join(lines[:limit]) or type(exc).__name__
+    text = " | ".join(lines[:limit])
+    # A KeyError's message is only the key: the type says what happened.
+    return text if isinstance(exc, ValueError) and text else f"{type(exc).__name__}: {text}"

@@ -1,7 +1,8 @@
 """The local-cpu profile on a real two-node Ray cluster: `ray start` + `serve deploy`, real vLLM engines, NIXL.
 
-One cluster for the module: a head of node type `cpu` (ingress, router) and a
-worker of node type `cpu-engine` (prefill, decode), both on this machine. The
+One cluster for the module, as `cluster/local-cpu.yaml` defines it: a head of
+node type `cpu` (ingress, router) and a worker of node type `cpu-worker`
+(prefill, decode), both on this machine. The
 tests run in file order on one deployment: placement, the API over HTTP, PD
 outputs and NIXL transfers, a decode replica killed and restored, and last the
 aggregated profile deployed on the same cluster, whose outputs must equal PD's.
@@ -22,7 +23,8 @@ import yaml
 from macaron_ray.core.engine_client import EngineRequest
 from macaron_ray.engine.local_server import free_port
 from macaron_ray.serve.args import AppArgs, load_profile, node_type_resource
-from macaron_ray.serve.local_cluster import RAY_ENV, LocalNode, LocalRayCluster
+from macaron_ray.cluster import ClusterSpec
+from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = "Macaron-V1-Venti"
@@ -36,7 +38,7 @@ def _config(src: str, out: Path, port: int) -> tuple[Path, AppArgs]:
     args = doc["applications"][0]["args"]
     for role in ("prefill", "decode", "answer"):
         if role in args:
-            args[role]["node_type"] = "cpu-engine"
+            args[role]["node_type"] = "cpu-worker"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out, AppArgs.model_validate(args)
 
@@ -48,8 +50,7 @@ def cluster(tmp_path_factory):
     import ray
 
     tmp = tmp_path_factory.mktemp("cluster")
-    nodes = [LocalNode("cpu", num_cpus=8), LocalNode("cpu-engine", num_cpus=8)]
-    with LocalRayCluster(nodes=nodes, log_path=tmp / "ray.log") as running:
+    with LocalRayCluster(nodes=ClusterSpec.named("local-cpu").groups(), log_path=tmp / "ray.log") as running:
         os.environ.update(RAY_ENV)
         ray.init(address=running.address, log_to_driver=False, logging_level="ERROR")
         try:
@@ -111,7 +112,7 @@ def _replica_nodes(cluster) -> dict[str, set[str]]:
 def test_deployments_land_on_the_node_types_the_profile_asks_for(cluster, pd):
     args, _ = pd
     placed = _replica_nodes(cluster)
-    head, worker = node_type_resource("cpu"), node_type_resource("cpu-engine")
+    head, worker = node_type_resource("cpu"), node_type_resource("cpu-worker")
     assert placed["MoLIngress"] == {head}
     assert placed[args.deployment_name("router")] == {head}
     assert placed[args.deployment_name("prefill")] == {worker}
@@ -201,5 +202,5 @@ def test_pd_output_equals_the_aggregated_topology_token_for_token(cluster, pd, p
     config, args = _config("local-cpu-aggregated.yaml", tmp_path / "aggregated.yaml", free_port())
     cluster.serve_deploy(config)
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
-    assert _replica_nodes(cluster)[args.deployment_name("answer")] == {node_type_resource("cpu-engine")}
+    assert _replica_nodes(cluster)[args.deployment_name("answer")] == {node_type_resource("cpu-worker")}
     assert _greedy_outputs(args) == pd_outputs

@@ -117,7 +117,8 @@ def test_local_cpu_profile_derives_each_engine():
     assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
     assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
     assert "kv_transfer_config" not in router
-    assert router["kv_cache_memory_bytes"] == 2**28 and decode["kv_cache_memory_bytes"] == 2**29
+    assert router["kv_cache_memory_bytes"] == 2**27 and decode["kv_cache_memory_bytes"] == 3 * 2**27
+    assert decode["enforce_eager"] and prefill["enforce_eager"] and "enforce_eager" not in router
     configs = {role: args.llm_config(role) for role in ("router", "prefill", "decode")}
     pins = {role: c.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] for role, c in configs.items()}
     assert pins == {"router": "0", "prefill": "0", "decode": "1"}
