@@ -73,7 +73,7 @@ def _bench_pd(args: argparse.Namespace) -> int:
 
     result = pd.run(args.pd_profile, args.aggregated_profile, args.out, conversations=args.conversations,
                     answer_tokens=args.answer_tokens, long_prompt_words=args.long_prompt_words,
-                    duration_s=args.duration_s, log_dir=args.out.parent)
+                    duration_s=args.duration_s, aggregated_cores=args.aggregated_cores, log_dir=args.out.parent)
     print(pd.format_report(result))
     print(f"wrote {args.out}")
     return 0
@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-tokens", type=int, default=32)
     p.add_argument("--long-prompt-words", type=int, default=1500, help="about 1.05 tokens a word")
     p.add_argument("--duration-s", type=float, default=90.0, help="load time per topology")
+    p.add_argument("--aggregated-cores", default="0-1",
+                   help="cores of the aggregated answer engine (PD's prefill and decode have one each)")
     p.set_defaults(func=_bench_pd)
 
     p = sub.add_parser("serve", help="serve a profile on a local Ray cluster (default: the embedded local-cpu)")

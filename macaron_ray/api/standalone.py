@@ -33,4 +33,4 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
         await engine.aclose()
         await store.close()
 
-    return build_api(Surfaces(runner=runner, tokens=TemplateTokenCounter(model_dir), api_keys=api_keys), lifespan)
+    return build_api(Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), api_keys=api_keys), lifespan)

@@ -11,11 +11,18 @@ from macaron_ray.model.chat_template import load_chat_template
 class TemplateTokenCounter:
     """Counts the prompt tokens of a conversation as the engines render it."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model: str | Path, chat_template: str | None = None):
+        """`model`: the base's directory or an id this node can load; `chat_template`: the Jinja
+        text the engines are started with, or None for the tokenizer's own (as vLLM then uses)."""
         from transformers import AutoTokenizer
 
-        self._tok = AutoTokenizer.from_pretrained(model_dir)
-        self._template = load_chat_template()
+        self._tok = AutoTokenizer.from_pretrained(model)
+        self._template = chat_template
+
+    @classmethod
+    def embedded(cls, model_dir: Path) -> "TemplateTokenCounter":
+        """The embedded base with the project's chat template."""
+        return cls(model_dir, load_chat_template())
 
     def count(self, messages: list[dict], tools: list[dict] | None) -> int:
         msgs = json.loads(json.dumps(messages))

@@ -37,7 +37,13 @@ class StreamAccumulator:
         self._stop_sequence: str | None = None
 
     def feed(self, chunk: dict) -> EngineDelta | None:
-        """Absorb one chunk; return a text delta if it carried text."""
+        """Absorb one chunk; return a text delta if it carried text. An error chunk (vLLM streams
+        `{"error": ...}` when the engine fails mid-answer) raises, so the turn rolls back."""
+        if chunk.get("error"):
+            error = chunk["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            code = code if isinstance(code, int) else 500
+            raise EngineError(f"engine failed mid-stream ({code})", retryable=code >= 500 or code == 429)
         if chunk.get("usage"):
             u = chunk["usage"]
             cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from macaron_ray.plan.safetensors_header import count_values
+from macaron_ray.plan.safetensors_header import count_dir_values, count_values
 from macaron_ray.serve.args import EMBEDDED, AppArgs
 from macaron_ray.serve.validate import engine_world_size
 
@@ -116,9 +116,8 @@ def plan_residency(args: AppArgs) -> Residency:
     capacity = args.capacity
     declared_base = capacity.base_parameters if capacity else None
     model_dir = local_model_dir(args)
-    files = sorted(model_dir.glob("*.safetensors")) if model_dir else []
-    if files:
-        counted = sum(count_values(f) for f in files)
+    counted = count_dir_values(model_dir) if model_dir and any(model_dir.glob("*.safetensors")) else None
+    if counted is not None:
         if declared_base is not None and declared_base != counted:
             raise PlanError(f"{args.profile}: capacity.base_parameters {declared_base:,} but the base's "
                             f"safetensors headers hold {counted:,} values")

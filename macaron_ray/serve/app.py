@@ -19,7 +19,9 @@ from typing import Any
 from ray import serve
 from ray.serve.deployment import Application
 
-from macaron_ray.serve.args import DEPLOYMENT_PREFIX, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, node_type_resource
+from macaron_ray.serve.args import (
+    DEPLOYMENT_PREFIX, EMBEDDED, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, node_type_resource,
+)
 
 
 @serve.ingress()
@@ -35,7 +37,9 @@ class MoLIngress:
         self.args = AppArgs.model_validate(args)
         self.watch = ReplicaWatch(serve.get_replica_context().app_name)
         self.store = _open_store(self.args)
-        self.runner = TurnRunner(self.args.registry(), ServeHandleEngine(answer, watch=self.watch), self.store,
+        prefill = (self.args.deployment_name("prefill"),) if self.args.disaggregated else ()
+        self.runner = TurnRunner(self.args.registry(),
+                                 ServeHandleEngine(answer, watch=self.watch, also_needs=prefill), self.store,
                                  router=ServeHandleEngine(router, watch=self.watch))
         keys = None
         if self.args.ingress.api_keys_env:
@@ -68,8 +72,15 @@ def _open_store(args: AppArgs):
 
 
 def _token_counter(args: AppArgs, counter_cls):
-    """count_tokens uses the base's tokenizer and chat template, loaded in the ingress."""
-    return counter_cls(Path(args.base_source()))
+    """count_tokens renders as the engines do: the base's tokenizer, the template they are given."""
+    template = args.base.chat_template
+    if template == EMBEDDED:
+        from macaron_ray.model.chat_template import load_chat_template
+
+        template = load_chat_template()
+    elif template:
+        template = Path(template).read_text(encoding="utf-8")
+    return counter_cls(args.base_source(), template)
 
 
 def build_app(args: dict[str, Any]) -> Application:

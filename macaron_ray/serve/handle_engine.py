@@ -86,18 +86,23 @@ def sse_payloads(item) -> list[str]:
 
 
 class ServeHandleEngine:
-    def __init__(self, handle, *, watch: ReplicaWatch | None = None):
+    def __init__(self, handle, *, watch: ReplicaWatch | None = None, also_needs: tuple[str, ...] = ()):
+        """`also_needs`: deployments the handle's own calls go through (the decode server calls
+        prefill); while any of them has no running replica, requests fail at once too."""
         self._handle = handle.options(stream=True)
         self._deployment = handle.deployment_name
+        self._needs = (handle.deployment_name, *also_needs)
         self._watch = watch
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+        from ray.exceptions import RayActorError  # ActorDiedError and ActorUnavailableError too
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-        if self._watch is not None and not self._watch.available(self._deployment):
-            raise EngineError(f"{self._deployment} has no running replica")
+        if self._watch is not None:
+            for deployment in self._needs:
+                if not self._watch.available(deployment):
+                    raise EngineError(f"{deployment} has no running replica")
         body = ChatCompletionRequest(**request_body(request))
         acc = StreamAccumulator()
         try:
@@ -108,7 +113,6 @@ class ServeHandleEngine:
                     delta = acc.feed(json.loads(data))
                     if delta is not None:
                         yield delta
-        except (ActorDiedError, ActorUnavailableError, RayActorError, DeploymentUnavailableError,
-                BackPressureError) as exc:
+        except (RayActorError, DeploymentUnavailableError, BackPressureError) as exc:
             raise EngineError(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
         yield acc.final()

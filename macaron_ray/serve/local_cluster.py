@@ -52,6 +52,10 @@ class LocalRayCluster:
     dashboard_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     log_path: Path | None = None
+    metrics_ports: list[int] = field(default_factory=list, init=False)
+    """Each node's metrics export port (the head's first), filled by `start()`."""
+    session_dir: Path | None = field(default=None, init=False)
+    """This cluster's Ray session directory, set once the head has started."""
 
     @property
     def address(self) -> str:
@@ -88,12 +92,21 @@ class LocalRayCluster:
         return args
 
     def start(self) -> "LocalRayCluster":
+        """Start every node; if any step fails, stop what started."""
         head, *workers = self.nodes
         self._ray("start", *self._start_args(head, head=True, metrics_port=self.metrics_port))
-        for group in workers:
-            for _ in range(group.replicas):
-                self._ray("start", *self._start_args(group, head=False, metrics_port=free_port()))
-        self._wait_dashboard()
+        # Pinned now: a later cluster would move `session_latest`.
+        self.session_dir = ((self.temp_dir or Path("/tmp/ray")) / "session_latest").resolve()
+        try:
+            self.metrics_ports = [self.metrics_port]
+            for group in workers:
+                for _ in range(group.replicas):
+                    self.metrics_ports.append(free_port())
+                    self._ray("start", *self._start_args(group, head=False, metrics_port=self.metrics_ports[-1]))
+            self._wait_dashboard()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _wait_dashboard(self, timeout_s: float = 60) -> None:
@@ -107,10 +120,10 @@ class LocalRayCluster:
             time.sleep(0.5)
         raise TimeoutError("the Ray dashboard did not come up")
 
-    @property
-    def session_dir(self) -> Path:
-        """This cluster's Ray session directory (`session_latest` under the temp dir)."""
-        return ((self.temp_dir or Path("/tmp/ray")) / "session_latest").resolve()
+    def metrics_text(self) -> str:
+        """Every node's Prometheus exposition (each node exports its own processes' metrics)."""
+        return "\n".join(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+                         for port in self.metrics_ports)
 
     def stop(self) -> None:
         """`ray stop`, then end what it leaves: vLLM's engine processes are children of Serve
@@ -119,7 +132,7 @@ class LocalRayCluster:
         from macaron_ray.bench.memory import session_processes
 
         groups = set()
-        for proc in session_processes(self.session_dir.name):
+        for proc in session_processes(self.session_dir.name) if self.session_dir else ():
             try:
                 groups.add(os.getpgid(proc.pid))
             except OSError:
@@ -174,11 +187,16 @@ class LocalRayCluster:
         httpx.delete(f"{self.dashboard_url}/api/serve/applications/", timeout=60).raise_for_status()
 
 
-def serve_config_with(path: Path, out: Path, *, port: int | None = None, **arg_overrides) -> Path:
-    """A copy of the `serve deploy` file at `path` with another HTTP port and some args replaced."""
+def serve_config_with(path: Path, out: Path, *, port: int | None = None,
+                      role_updates: dict[str, dict] | None = None) -> Path:
+    """A copy of the `serve deploy` file at `path` with another HTTP port and some engine roles'
+    fields replaced (roles the profile does not have are skipped)."""
     doc = yaml.safe_load(Path(path).read_text())
     if port is not None:
         doc.setdefault("http_options", {})["port"] = port
-    doc["applications"][0]["args"].update(arg_overrides)
+    args = doc["applications"][0]["args"]
+    for role, fields in (role_updates or {}).items():
+        if args.get(role) is not None:
+            args[role].update(fields)
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out

@@ -23,7 +23,7 @@ BOOK = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def api(engine, base_model_dir, tmp_path_factory):
-    running = start_api(OpenAIHTTPEngine(engine.spec.base_url), TemplateTokenCounter(base_model_dir),
+    running = start_api(OpenAIHTTPEngine(engine.spec.base_url), TemplateTokenCounter.embedded(base_model_dir),
                         tmp_path_factory.mktemp("api") / "state.db", registry=SpecialistRegistry.from_manifest())
     yield running
     running.stop()

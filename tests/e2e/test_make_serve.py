@@ -39,7 +39,12 @@ def test_macaron_serve_answers_then_stops_cleanly(tmp_path):
         assert '"content":' in out.stdout
     finally:
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(180)
+        try:
+            proc.wait(180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            subprocess.run([str(Path(sys.executable).with_name("ray")), "stop", "--force"], timeout=120)
+            raise
     assert proc.returncode == 0, log.read_text()[-4000:]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)

@@ -10,21 +10,22 @@ aggregated profile deployed on the same cluster, whose outputs must equal PD's.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from pathlib import Path
+from unittest import mock
 
 import anthropic
 import httpx
 import openai
 import pytest
-import yaml
 
-from macaron_ray.core.engine_client import EngineRequest
 from macaron_ray.engine.local_server import free_port
 from macaron_ray.serve.args import AppArgs, load_profile, node_type_resource
 from macaron_ray.cluster import ClusterSpec
-from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
+from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster, serve_config_with
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = "Macaron-V1-Venti"
@@ -33,25 +34,19 @@ PROMPT = [{"role": "user", "content": "Write a function that adds two numbers."}
 
 def _config(src: str, out: Path, port: int) -> tuple[Path, AppArgs]:
     """The committed profile, with prefill/decode (or the answer engine) on the worker's node type."""
-    doc = yaml.safe_load((ROOT / "deployments" / src).read_text())
-    doc["http_options"]["port"] = port
-    args = doc["applications"][0]["args"]
-    for role in ("prefill", "decode", "answer"):
-        if role in args:
-            args[role]["node_type"] = "cpu-worker"
-    out.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return out, AppArgs.model_validate(args)
+    worker = {"node_type": "cpu-worker"}
+    serve_config_with(ROOT / "deployments" / src, out, port=port,
+                      role_updates={"prefill": worker, "decode": worker, "answer": worker})
+    return out, load_profile(out)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    import os
-
     import ray
 
     tmp = tmp_path_factory.mktemp("cluster")
-    with LocalRayCluster(nodes=ClusterSpec.named("local-cpu").groups(), log_path=tmp / "ray.log") as running:
-        os.environ.update(RAY_ENV)
+    with (LocalRayCluster(nodes=ClusterSpec.named("local-cpu").groups(), log_path=tmp / "ray.log") as running,
+          mock.patch.dict(os.environ, RAY_ENV)):
         ray.init(address=running.address, log_to_driver=False, logging_level="ERROR")
         try:
             yield running
@@ -69,28 +64,46 @@ def pd(cluster, tmp_path_factory):
     return args, f"http://127.0.0.1:{port}"
 
 
-def _greedy_outputs(args: AppArgs) -> dict[str, str]:
-    """Greedy answers of the base and each adapter through the answer deployment's handle (the
-    production EngineClient over Serve)."""
+Greedy = list[tuple[str, dict[str, float]]]
+"""A greedy answer, token by token: each token with the engine's top-5 alternatives there."""
+
+
+def _greedy(args: AppArgs, models: tuple[str, ...] = ("base", "L0", "L1", "L2", "L3")) -> dict[str, Greedy]:
+    """Greedy answers of the base and each adapter from the answer deployment (Decode: through
+    prefill, NIXL and decode; Answer: one engine), called through its Serve handle."""
     import asyncio
 
     from ray import serve
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-    from macaron_ray.serve.handle_engine import ServeHandleEngine
+    from macaron_ray.serve.handle_engine import sse_payloads
 
-    engine = ServeHandleEngine(serve.get_deployment_handle(args.deployment_name(args.answer_role()), "macaron"))
+    handle = serve.get_deployment_handle(args.deployment_name(args.answer_role()), "macaron").options(stream=True)
 
-    async def one(model: str) -> str:
-        parts = [d.text async for d in engine.stream(EngineRequest(adapter=model, messages=PROMPT, max_tokens=32))]
-        return "".join(parts)
+    async def one(model: str) -> Greedy:
+        body = ChatCompletionRequest(model=model, messages=PROMPT, max_tokens=32, temperature=0.0, stream=True,
+                                     logprobs=True, top_logprobs=5)
+        tokens: Greedy = []
+        async for item in handle.chat.remote(body):
+            for data in sse_payloads(item):
+                if data == "[DONE]":
+                    continue
+                for choice in json.loads(data).get("choices") or ():
+                    for entry in (choice.get("logprobs") or {}).get("content") or ():
+                        tokens.append((entry["token"], {t["token"]: t["logprob"] for t in entry["top_logprobs"]}))
+        return tokens
 
-    models = {"base": args.base.served_name, **{a.label: a.adapter_id for a in args.adapter_list()}}
-    return {name: asyncio.run(one(model)) for name, model in models.items()}
+    engine_models = {"base": args.base.served_name, **{a.label: a.adapter_id for a in args.adapter_list()}}
+    return {name: asyncio.run(one(engine_models[name])) for name in models}
+
+
+def _text(tokens: Greedy) -> str:
+    return "".join(token for token, _ in tokens)
 
 
 @pytest.fixture(scope="module")
-def pd_outputs(pd):
-    return _greedy_outputs(pd[0])
+def pd_outputs(pd) -> dict[str, Greedy]:
+    return _greedy(pd[0])
 
 
 def _replica_nodes(cluster) -> dict[str, set[str]]:
@@ -135,34 +148,43 @@ def test_the_deployed_profile_serves_the_api(pd):
 
 
 def test_every_adapter_is_applied_through_prefill_and_decode(pd_outputs):
-    assert all(text.strip() for text in pd_outputs.values()), pd_outputs
-    assert pd_outputs["L2"] != pd_outputs["base"]
+    texts = {name: _text(tokens) for name, tokens in pd_outputs.items()}
+    assert all(text.strip() for text in texts.values()), texts
+    for label in ("L0", "L1", "L2", "L3"):
+        assert texts[label] != texts["base"], f"{label} answered like the base through PD"
 
 
 def _metric_sum(text: str, name: str) -> float | None:
+    """Sum of a metric's samples over every label set (a counter may carry `_total`); None if absent."""
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith(name + "{") or line.startswith(name + " ")]
+              if re.match(re.escape(name) + r"(_total)?[{ ]", line)]
     return sum(values) if values else None
 
 
-def test_nixl_reports_successful_transfers(cluster, pd_outputs):
-    # Ray exports the engines' metrics on an interval: wait for the transfers above to show.
+def test_nixl_reports_successful_transfers(cluster, pd):
+    # Ray exports each node's metrics on an interval: count, answer two requests, and wait for
+    # the count to rise by at least two (one KV hand-over per request).
+    def counts() -> tuple[float, float | None]:
+        text = cluster.metrics_text()
+        return (_metric_sum(text, "ray_vllm_nixl_xfer_time_seconds_count") or 0.0,
+                _metric_sum(text, "ray_vllm_nixl_num_failed_transfers"))  # absent until one fails
+
+    time.sleep(15)  # let earlier transfers reach the exporter first
+    before, _ = counts()
+    args, _ = pd
+    _greedy(args, models=("L1", "L3"))
     deadline = time.monotonic() + 90
-    transfers = failed = None
-    while time.monotonic() < deadline:
-        text = httpx.get(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10).text
-        transfers = _metric_sum(text, "ray_vllm_nixl_xfer_time_seconds_count")
-        failed = _metric_sum(text, "ray_vllm_nixl_num_failed_transfers_total")
-        if transfers and transfers >= len(pd_outputs):
-            break
+    after, failed = counts()
+    while after < before + 2 and time.monotonic() < deadline:
         time.sleep(3)
-    assert transfers is not None and transfers >= len(pd_outputs), transfers
-    assert not failed
+        after, failed = counts()
+    assert after >= before + 2, (before, after)
+    assert not failed, failed
 
 
 def _deployment_running(cluster, name: str) -> int:
-    app = cluster.serve_status()["applications"]["macaron"]
-    return app["deployments"][name]["replica_states"].get("RUNNING", 0) if "deployments" in app else 0
+    deployment = cluster.serve_status()["applications"]["macaron"]["deployments"][name]
+    return sum(r["state"] == "RUNNING" for r in deployment["replicas"])
 
 
 def test_a_dead_decode_replica_gets_503_then_is_restarted(cluster, pd):
@@ -181,16 +203,19 @@ def test_a_dead_decode_replica_gets_503_then_is_restarted(cluster, pd):
     assert _deployment_running(cluster, decode) == 0
     time.sleep(2)  # the ingress refreshes its view of Serve every 0.5 s
 
+    private = [decode, *(a.adapter_id for a in args.adapter_list()), args.base_source(), "Decode", "base"]
     body = {"model": PUBLIC, "max_tokens": 8, "messages": [{"role": "user", "content": "Hello there"}]}
-    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
-    assert resp.status_code == 503, resp.text
-    assert resp.headers["retry-after"]
-    assert resp.json()["error"]["type"] == "server_error"
-    resp = httpx.post(url + "/v1/messages", json={**body, "messages": body["messages"]}, timeout=30,
-                      headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
-    assert resp.status_code == 503 and resp.headers["retry-after"]
-    assert resp.json()["error"]["type"] == "overloaded_error"
-    assert decode not in resp.text and "base" not in resp.json()["error"]["message"]
+    openai_resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+    assert openai_resp.status_code == 503, openai_resp.text
+    assert openai_resp.headers["retry-after"]
+    assert openai_resp.json()["error"]["type"] == "server_error"
+    anthropic_resp = httpx.post(url + "/v1/messages", json=body, timeout=30,
+                                headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert anthropic_resp.status_code == 503 and anthropic_resp.headers["retry-after"]
+    assert anthropic_resp.json()["error"]["type"] == "overloaded_error"
+    for resp in (openai_resp, anthropic_resp):
+        for name in private:
+            assert name not in resp.text and name not in str(resp.headers), name
 
     # Serve replaces the replica; the same turn then goes through.
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=600)
@@ -198,9 +223,30 @@ def test_a_dead_decode_replica_gets_503_then_is_restarted(cluster, pd):
     assert resp.status_code == 200, resp.text
 
 
+def assert_greedy_equal(pd: Greedy, aggregated: Greedy, *, tie_nats: float = 0.25) -> str:
+    """Equal token for token, or, at the first difference, a numerical tie: both tokens within
+    `tie_nats` of each other in both engines' logprobs. bf16 logits near 16 are 0.0625 apart, and
+    a prompt computed in another GEMM shape (decode recomputes the tail that NIXL does not carry)
+    rounds differently; an adapter missing on one side moves logprobs by whole nats. After such a tie the texts differ, so the
+    comparison stops there. Returns "equal" or the position of the tie."""
+    for i, ((pd_token, pd_top), (agg_token, agg_top)) in enumerate(zip(pd, aggregated)):
+        if pd_token == agg_token:
+            continue
+        for top in (pd_top, agg_top):
+            assert pd_token in top and agg_token in top, (i, pd_token, agg_token, pd_top, agg_top)
+            assert abs(top[pd_token] - top[agg_token]) <= tie_nats, (i, pd_token, agg_token, top)
+        return f"tie at token {i}"
+    assert len(pd) == len(aggregated)
+    return "equal"
+
+
 def test_pd_output_equals_the_aggregated_topology_token_for_token(cluster, pd, pd_outputs, tmp_path):
     config, args = _config("local-cpu-aggregated.yaml", tmp_path / "aggregated.yaml", free_port())
     cluster.serve_deploy(config)
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
     assert _replica_nodes(cluster)[args.deployment_name("answer")] == {node_type_resource("cpu-worker")}
-    assert _greedy_outputs(args) == pd_outputs
+    aggregated = _greedy(args)
+    verdicts = {name: assert_greedy_equal(pd_outputs[name], aggregated[name]) for name in pd_outputs}
+    print("PD vs aggregated:", verdicts)
+    # Ties are rare: most answers must match to the last token.
+    assert sum(v == "equal" for v in verdicts.values()) >= 4, verdicts

@@ -80,6 +80,13 @@ def test_an_engine_error_response_becomes_an_engine_error():
     assert not err.value.retryable
 
 
+def test_an_error_event_mid_stream_raises_instead_of_ending_the_answer():
+    handle = FakeHandle([_sse(_delta("Hel")), _sse({"error": {"message": "engine died", "code": 500}})])
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(adapter="a", messages=[])))
+    assert err.value.retryable
+
+
 def test_a_dead_replica_is_a_retryable_engine_error():
     from ray.exceptions import ActorDiedError
 
@@ -96,6 +103,13 @@ def test_no_running_replica_fails_at_once_without_calling_the_handle():
     with pytest.raises(EngineError) as err:
         asyncio.run(_collect(ServeHandleEngine(handle, watch=watch), EngineRequest(adapter="a", messages=[])))
     assert err.value.retryable and handle.bodies == []
+    # Decode calls prefill itself: prefill without a replica fails the request at once too.
+    watch._running = {"Decode:base": 1, "Prefill:base": 0}
+    with pytest.raises(EngineError):
+        asyncio.run(_collect(ServeHandleEngine(handle, watch=watch, also_needs=("Prefill:base",)),
+                             EngineRequest(adapter="a", messages=[])))
+    assert handle.bodies == []
+    assert asyncio.run(_collect(ServeHandleEngine(handle, watch=watch), EngineRequest(adapter="a", messages=[])))
     # A stale view lets the request try: the handle itself then decides.
     watch._updated = time.monotonic() - 60
     assert watch.available("Decode:base")
