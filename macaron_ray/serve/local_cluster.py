@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import yaml
 
 from macaron_ray.cluster import ClusterSpec, NodeGroup
@@ -70,8 +71,10 @@ class LocalRayCluster:
         env = {**os.environ, **RAY_ENV}
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
+            # A session of its own: Ctrl-C in the terminal reaches this process group only, so
+            # `stop()` still finds the cluster's processes (engines included) alive and whole.
             proc = subprocess.run([ray_bin, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s)
+                                  timeout=timeout_s, start_new_session=True)
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()
@@ -128,11 +131,12 @@ class LocalRayCluster:
     def stop(self) -> None:
         """`ray stop`, then end what it leaves: vLLM's engine processes are children of Serve
         replicas, and outlive them (pinned, spinning) when the raylet that would reap their
-        process group is stopped first."""
+        process group is stopped first. Returns once they are gone."""
         from macaron_ray.bench.memory import session_processes
 
+        procs = session_processes(self.session_dir.name) if self.session_dir else []
         groups = set()
-        for proc in session_processes(self.session_dir.name) if self.session_dir else ():
+        for proc in procs:
             try:
                 groups.add(os.getpgid(proc.pid))
             except OSError:
@@ -144,6 +148,12 @@ class LocalRayCluster:
                 os.killpg(group, signal.SIGKILL)
             except OSError:
                 pass  # already gone
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=30)
 
     def __enter__(self) -> "LocalRayCluster":
         return self.start()

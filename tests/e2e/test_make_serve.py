@@ -33,8 +33,10 @@ def test_macaron_serve_answers_then_stops_cleanly(tmp_path):
         banner = log.read_text()
         assert f"http://127.0.0.1:{port}/v1" in banner, banner[-4000:]
         # The printed curl example, run as printed.
-        curl = re.search(r"(curl .*?\}'\n)", banner.replace("\\\n", ""), re.S).group(1)
-        out = subprocess.run(["bash", "-c", curl + " --silent --max-time 300"], capture_output=True, text=True)
+        curl = re.search(r"curl .*?\}'", banner.replace("\\\n", ""), re.S).group(0)
+        out = subprocess.run(["bash", "-c", curl + " --silent --show-error --max-time 300"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
         assert '"model":"Macaron-V1-Venti"' in out.stdout.replace(" ", ""), out.stdout
         assert '"content":' in out.stdout
     finally:
@@ -48,5 +50,7 @@ def test_macaron_serve_answers_then_stops_cleanly(tmp_path):
     assert proc.returncode == 0, log.read_text()[-4000:]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-    engines = [p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM::")]
+    # Exited processes whose parent died wait for init to reap them: they do not count.
+    engines = [p.pid for p in psutil.process_iter(["name", "status"])
+               if (p.info["name"] or "").startswith("VLLM::") and p.info["status"] != psutil.STATUS_ZOMBIE]
     assert not engines, f"engine processes outlived `macaron serve`: {engines}"
