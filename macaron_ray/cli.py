@@ -102,7 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
     cluster = LocalRayCluster(nodes=[head], log_path=logs / "ray.log")
     config = serve_config_with(args.profile, logs / "serve-config.yaml", port=args.port)
     print(f"starting Ray (dashboard {cluster.dashboard_url}) ...", flush=True)
-    # Ctrl-C and SIGTERM both end in `ray stop`, engines included.
+    # Ctrl-C and SIGTERM both end the cluster's processes, engines included.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with cluster:
         print(f"deploying {args.profile} (engines start in a few minutes on CPU) ...", flush=True)

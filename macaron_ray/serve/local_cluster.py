@@ -4,7 +4,7 @@
 (`cluster/local-cpu.yaml`: the head, and a worker for the two-node tests), each
 node with the flags the definition renders (its node-type resource
 `macaron_node_<type>` among them) plus this machine's ports on loopback, and
-`ray stop` when it closes. Applications go on it the way they go on a real
+kills its session's processes when it closes. Applications go on it the way they go on a real
 cluster: `serve deploy <profile.yaml>` through the dashboard's REST API. All
 nodes share one session directory (`session_dir`), which names the processes
 the memory figures count.
@@ -97,9 +97,18 @@ class LocalRayCluster:
     def start(self) -> "LocalRayCluster":
         """Start every node; if any step fails, stop what started."""
         head, *workers = self.nodes
-        self._ray("start", *self._start_args(head, head=True, metrics_port=self.metrics_port))
+        latest = (self.temp_dir or Path("/tmp/ray")) / "session_latest"
+        began = time.time()
+        try:
+            self._ray("start", *self._start_args(head, head=True, metrics_port=self.metrics_port))
+        except BaseException:
+            # A head that failed half-way may have left daemons of a new session behind.
+            if latest.is_symlink() and latest.lstat().st_mtime >= began:
+                self.session_dir = latest.resolve()
+                self.stop()
+            raise
         # Pinned now: a later cluster would move `session_latest`.
-        self.session_dir = ((self.temp_dir or Path("/tmp/ray")) / "session_latest").resolve()
+        self.session_dir = latest.resolve()
         try:
             self.metrics_ports = [self.metrics_port]
             for group in workers:
@@ -129,31 +138,9 @@ class LocalRayCluster:
                          for port in self.metrics_ports)
 
     def stop(self) -> None:
-        """`ray stop`, then end what it leaves: vLLM's engine processes are children of Serve
-        replicas, and outlive them (pinned, spinning) when the raylet that would reap their
-        process group is stopped first. Returns once they are gone."""
-        from macaron_ray.bench.memory import session_processes
-
-        procs = session_processes(self.session_dir.name) if self.session_dir else []
-        groups = set()
-        for proc in procs:
-            try:
-                groups.add(os.getpgid(proc.pid))
-            except OSError:
-                pass
-        groups.discard(os.getpgrp())
-        self._ray("stop", "--force", timeout_s=120)
-        for group in groups:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except OSError:
-                pass  # already gone
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=30)
+        """End every process of this cluster (see `end_session`); returns once they are gone."""
+        if self.session_dir is not None:
+            end_session(self.session_dir.name)
 
     def __enter__(self) -> "LocalRayCluster":
         return self.start()
@@ -195,6 +182,53 @@ class LocalRayCluster:
 
     def serve_shutdown(self) -> None:
         httpx.delete(f"{self.dashboard_url}/api/serve/applications/", timeout=60).raise_for_status()
+
+
+def end_session(session_name: str, timeout_s: float = 30) -> None:
+    """SIGKILL every process of one Ray session, as `ray stop --force` does, and return once
+    they are gone.
+
+    The set is taken before anything dies: vLLM's engine processes are children of Serve
+    replicas and would be orphaned, out of reach, once their parents are gone. Only this
+    session's processes are touched (another Ray cluster on the machine is left alone), and
+    the `ray` CLI is not needed: on a machine whose cores are busy it can take minutes just
+    to import itself.
+    """
+    from macaron_ray.bench.memory import session_processes
+
+    procs = session_processes(session_name)
+    groups = set()
+    for proc in procs:
+        try:
+            groups.add(os.getpgid(proc.pid))
+        except OSError:
+            pass  # already gone
+    groups.discard(os.getpgrp())
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    for group in groups:  # anything a replica forked after the list was taken
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    alive = procs
+    while alive and time.monotonic() < deadline:
+        _, alive = psutil.wait_procs(alive, timeout=0.5)
+        # An orphan that has exited waits for init to reap it: it holds nothing.
+        alive = [p for p in alive if _status(p) not in (psutil.STATUS_ZOMBIE, None)]
+    if alive:
+        raise RuntimeError(f"processes of {session_name} outlived SIGKILL: {[p.pid for p in alive]}")
+
+
+def _status(proc: psutil.Process) -> str | None:
+    try:
+        return proc.status()
+    except psutil.Error:
+        return None
 
 
 def serve_config_with(path: Path, out: Path, *, port: int | None = None,
