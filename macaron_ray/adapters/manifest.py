@@ -87,6 +87,10 @@ class Manifest(_Strict):
         (Path(directory) / "manifest.json").write_text(
             json.dumps(self.model_dump(), indent=2, sort_keys=True) + "\n")
 
+    def target_modules(self) -> tuple[str, ...]:
+        """Every module some adapter trains (peft's names, e.g. q_proj), sorted."""
+        return tuple(sorted({m for a in self.adapters for m in a.target_modules}))
+
     def adapter(self, label: str) -> AdapterEntry:
         return next(a for a in self.adapters if a.label == label)
 

@@ -1,9 +1,10 @@
 """`macaron bench routing`: L0 as the router on a real vLLM CPU engine, over the held-out split.
 
-Each held-out request is sent alone (no batching) to L0 under the production
-route request (structured-output choice over the canonical labels, 24-token
-budget, temperature 0). Route-hop latency is the client-side wall time of that
-request, after a warm-up that fills the routing prompt's prefix cache.
+Each held-out request is sent alone (no batching) to L0 as the turn runner
+sends it (`route_hop.route_request`: the labels' shared start prefilled, a
+structured-output choice over their endings, temperature 0), streamed.
+Route-hop latency is the client-side wall time of that request, after a warm-up
+that fills the routing prompt's prefix cache.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import httpx
 from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 from macaron_ray.adapters.routing_data import RouteExample, generate
 from macaron_ray.bench.stats import percentile
-from macaron_ray.core.route_hop import parse_label, route_messages, route_sampling
+from macaron_ray.core.route_hop import parse_label, route_request
+from macaron_ray.engine.openai_http import request_body
 from macaron_ray.specialists.labels import LABELS
 
 HELDOUT_PER_LABEL = 60
@@ -26,12 +28,18 @@ TARGETS = {"accuracy": 0.97, "per_class_accuracy": 0.95, "compliance": 1.0, "p50
 
 
 def route_once(client: httpx.Client, base_url: str, adapter_id: str, text: str) -> tuple[str, float]:
-    body = {"model": adapter_id, "messages": route_messages(text), **route_sampling()}
+    body = request_body(route_request(adapter_id, text))
+    output = []
     started = time.perf_counter()
-    resp = client.post(f"{base_url}/v1/chat/completions", json=body)
-    elapsed = time.perf_counter() - started
-    resp.raise_for_status()
-    return resp.json()["choices"][0]["message"]["content"] or "", elapsed
+    with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(f"route request failed mid-stream: {chunk['error']}")
+                output += [c["delta"].get("content") or "" for c in chunk.get("choices") or ()]
+    return "".join(output), time.perf_counter() - started
 
 
 def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmup: int = 4) -> dict:

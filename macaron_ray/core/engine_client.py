@@ -29,6 +29,8 @@ class EngineRequest:
     stop: list[str] | None = None
     choice: tuple[str, ...] | None = None
     """Constrain the output to exactly one of these strings (structured outputs)."""
+    continue_final_message: bool = False
+    """The last message is the assistant's reply begun: the output continues it (no new turn)."""
     seed: int | None = None
 
 

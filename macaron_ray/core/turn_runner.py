@@ -188,9 +188,7 @@ class TurnRunner:
     async def route(self, user_text: str) -> str:
         """The route hop. A non-canonical output is a routing error and falls back to L0."""
         labels = self.registry.labels
-        req = EngineRequest(adapter=self.registry.adapter(self.registry.entry_label),
-                            messages=route_hop.route_messages(user_text),
-                            max_tokens=route_hop.ROUTE_BUDGET_TOKENS, temperature=0.0, choice=labels)
+        req = route_hop.route_request(self.registry.adapter(self.registry.entry_label), user_text, labels)
         output = "".join([d.text async for d in self.router.stream(req)])
         label = route_hop.parse_label(output, labels)
         if label is None:

@@ -42,6 +42,9 @@ class LocalEngineSpec:
     max_lora_rank: int = 8
     """The engine sizes its LoRA kernels for this rank: keep it at the adapters' rank (on CPU a
     rank-16 engine serving rank-8 adapters made the route hop 1.6x slower)."""
+    lora_target_modules: tuple[str, ...] = ()
+    """The modules the adapters train; the engine puts LoRA on those only. Empty: on every module
+    vLLM supports, the MLP's included (twice the LoRA work: route hop p50 0.21 vs 0.11 s on CPU)."""
     served_model_name: str = "base"
     extra_args: tuple[str, ...] = field(default=())
 
@@ -51,6 +54,7 @@ class LocalEngineSpec:
         manifest.verify_weights(built_dir)
         adapters = {a.adapter_id: Path(built_dir) / a.path for a in manifest.adapters}
         kw.setdefault("max_lora_rank", max(a.rank for a in manifest.adapters))
+        kw.setdefault("lora_target_modules", manifest.target_modules())
         return cls(model_dir=Path(model_dir), adapters=adapters, port=port, **kw)
 
     def command(self) -> list[str]:
@@ -72,6 +76,8 @@ class LocalEngineSpec:
         if self.adapters:
             args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
                      "--max-loras", str(len(self.adapters)), "--lora-modules", *lora_modules]
+            if self.lora_target_modules:
+                args += ["--lora-target-modules", *self.lora_target_modules]
         return args + list(self.extra_args)
 
     def env(self) -> dict[str, str]:

@@ -20,6 +20,8 @@ def request_body(req: EngineRequest) -> dict:
             body[name] = value
     if req.choice is not None:
         body["structured_outputs"] = {"choice": list(req.choice)}
+    if req.continue_final_message:
+        body.update(continue_final_message=True, add_generation_prompt=False)
     return body
 
 

@@ -61,6 +61,9 @@ class AdapterArgs(_Strict):
     path: str = Field(min_length=1)
     """A directory every node that runs an answer engine can read."""
     rank: int = Field(ge=1, le=512)
+    target_modules: list[str] | None = Field(default=None, min_length=1)
+    """The modules the adapter trains (peft's names). When every adapter names them, engines
+    put LoRA on those modules only (`lora_target_modules`), not on every module vLLM supports."""
 
 
 class StoreArgs(_Strict):
@@ -199,7 +202,7 @@ class AppArgs(_Strict):
             raise ValueError("base.chat_template 'embedded' fits only the embedded base; give a path or null")
         for name, role in self.roles().items():
             for key in ("model", "served_model_name", "lora_modules", "kv_transfer_config",
-                        "enable_lora", "max_loras", "max_lora_rank", "chat_template"):
+                        "enable_lora", "max_loras", "max_lora_rank", "lora_target_modules", "chat_template"):
                 if key in role.engine_kwargs or key in self.engine_kwargs:
                     raise ValueError(f"{name}: engine_kwargs.{key} is set by the topology, not by the profile")
             if role.kv_cache_gib and "kv_cache_memory_bytes" in {**self.engine_kwargs, **role.engine_kwargs}:
@@ -237,7 +240,8 @@ class AppArgs(_Strict):
         from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 
         manifest = Manifest.load(BUILT_DIR)
-        return [AdapterArgs(label=a.label, adapter_id=a.adapter_id, path=str(BUILT_DIR / a.path), rank=a.rank)
+        return [AdapterArgs(label=a.label, adapter_id=a.adapter_id, path=str(BUILT_DIR / a.path), rank=a.rank,
+                            target_modules=list(a.target_modules))
                 for a in manifest.adapters]
 
     def registry(self) -> SpecialistRegistry:
@@ -264,6 +268,8 @@ class AppArgs(_Strict):
         kwargs.update(enable_lora=True, max_loras=len(adapters),
                       max_lora_rank=_vllm_lora_rank(max(a.rank for a in adapters)),
                       lora_modules=[{"name": a.adapter_id, "path": a.path} for a in adapters])
+        if all(a.target_modules for a in adapters):
+            kwargs["lora_target_modules"] = sorted({m for a in adapters for m in a.target_modules})
         if self.base.chat_template == EMBEDDED:
             from macaron_ray.model.chat_template import CHAT_TEMPLATE_PATH
 

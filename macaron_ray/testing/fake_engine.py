@@ -94,7 +94,10 @@ class FakeEngine:
         kind = self.kind(req)
         user = next((m.get("content") or "" for m in reversed(req.messages) if m["role"] == "user"), "")
         if kind == "route":
-            return [self.router(user)], ()
+            label = self.router(user)
+            if req.continue_final_message:  # the reply was begun in the prompt: continue it
+                label = label.removeprefix(req.messages[-1]["content"])
+            return [label], ()
         if kind == "summary":
             asked = user.split("\n", 1)[0].removeprefix("User: ")
             return [f"Summary: {asked}"], ()

@@ -7,12 +7,14 @@ Each check of `validate_profile` has a negative test below proving it can fail.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 import typing
 
 import pytest
 import yaml
 
 from macaron_ray.cluster.spec import CLUSTER_DIR, ClusterSpec
+from macaron_ray.engine.local_server import LocalEngineSpec
 from macaron_ray.paths import PACKAGE_DIR
 from macaron_ray.serve.args import VLLM_MAX_LORA_RANKS, AppArgs, load_profile, node_type_resource
 from macaron_ray.serve.validate import check_engine_kwargs, engine_world_size, validate_profile
@@ -66,6 +68,22 @@ def test_lora_ranks_are_vllms():
     assert VLLM_MAX_LORA_RANKS == typing.get_args(MaxLoRARanks)
     # Tall's rank-48 adapters are served with the next rank vLLM accepts.
     assert load_profile(DEPLOYMENTS / "tall-h20.yaml").engine_kwargs_for("decode")["max_lora_rank"] == 64
+
+
+def test_engines_put_lora_only_where_the_adapters_train_it():
+    # GPU adapters do not declare their modules: vLLM's default (every supported module) stays.
+    assert "lora_target_modules" not in load_profile(DEPLOYMENTS / "tall-h20.yaml").engine_kwargs_for("decode")
+    spec = LocalEngineSpec.from_manifest(Path("/models/base"), port=8000)
+    cmd = spec.command()
+    i = cmd.index("--lora-target-modules")
+    assert cmd[i + 1:i + 5] == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    # vLLM's own parser reads the flag as the engine's LoRAConfig.target_modules.
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    parsed = parser.parse_args(["--model", "m", "--enable-lora", *cmd[i:i + 5]])
+    assert AsyncEngineArgs.from_cli_args(parsed).lora_target_modules == ["k_proj", "o_proj", "q_proj", "v_proj"]
 
 
 def test_planner_default_gpu_memory_utilization_is_vllms():

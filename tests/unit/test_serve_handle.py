@@ -128,6 +128,8 @@ def test_local_cpu_profile_derives_each_engine():
     assert [m["name"] for m in router["lora_modules"]] == [args.registry().adapter("L0")]
     assert [m["name"] for m in prefill["lora_modules"]] == [m["name"] for m in decode["lora_modules"]]
     assert len(decode["lora_modules"]) == 4 and decode["max_lora_rank"] == 8
+    # LoRA on the modules the adapters train, not on the MLP as well.
+    assert router["lora_target_modules"] == decode["lora_target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
     assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
     assert "kv_transfer_config" not in router
@@ -146,6 +148,7 @@ def test_local_cpu_profile_derives_each_engine():
     ({"answer": {"cpu_cores": "1"}}, "'answer' is the aggregated engine"),
     ({"prefill": None}, "needs both 'prefill' and 'decode'"),
     ({"engine_kwargs": {"lora_modules": []}}, "set by the topology"),
+    ({"decode": {"engine_kwargs": {"lora_target_modules": ["q_proj"]}}}, "set by the topology"),
     ({"router": {"kv_cache_gib": 1, "engine_kwargs": {"kv_cache_memory_bytes": 1}}}, "not both"),
     ({"store": {"kind": "redis"}}, "needs store.url"),
     ({"adapters": [{"label": "L1", "adapter_id": "a", "path": "/x", "rank": 8}]}, "must include L0"),

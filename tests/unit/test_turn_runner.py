@@ -58,10 +58,12 @@ def test_route_hop_picks_the_specialist_that_answers(setup):
         text, final = await run_turn(runner, [user("please book a table for two")])
         assert final.label == "L1" and text.startswith("[adapter-1]")
         (route,) = engine.of_kind("route")
-        assert route.adapter == "adapter-0" and route.choice == ("L0", "L1", "L2", "L3")
-        assert route.max_tokens == 24 and route.temperature == 0.0
+        # "L" begins the reply in the prompt; the engine decodes one digit, and nothing after it.
+        assert route.adapter == "adapter-0" and route.choice == ("0", "1", "2", "3")
+        assert route.continue_final_message and route.max_tokens == 1 and route.temperature == 0.0
         assert route.messages == [{"role": "system", "content": prompts.load("routing")},
-                                  {"role": "user", "content": "please book a table for two"}]
+                                  {"role": "user", "content": "please book a table for two"},
+                                  {"role": "assistant", "content": "L"}]
         assert final.timing.route_s is not None and final.timing.answer_ttft_s is not None
         assert final.timing.answer_s >= final.timing.answer_ttft_s
         meta = await runner.wait_summary(TENANT, final.turn_key)

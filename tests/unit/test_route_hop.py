@@ -1,0 +1,43 @@
+"""The route request: the labels' shared start goes in the prompt, the engine decodes the rest."""
+
+from __future__ import annotations
+
+from macaron_ray.core import route_hop
+from macaron_ray.engine.openai_http import request_body
+
+
+def test_the_shared_start_of_the_labels_is_prefilled_and_the_endings_are_the_choice():
+    req = route_hop.route_request("adapter-l0", "fix my regex")
+    assert req.messages[-1] == {"role": "assistant", "content": "L"}
+    assert req.choice == ("0", "1", "2", "3") and req.max_tokens == 1
+    body = request_body(req)
+    assert body["structured_outputs"] == {"choice": ["0", "1", "2", "3"]}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+
+
+def test_every_output_completes_the_label_it_names():
+    assert [route_hop.parse_label(d) for d in ("0", "1", " 2", "3\n")] == ["L0", "L1", "L2", "L3"]
+    assert route_hop.parse_label("L2") is None  # not a continuation of "L"
+    assert route_hop.parse_label("7") is None and route_hop.parse_label("") is None
+
+
+def test_a_label_that_starts_another_keeps_an_ending_to_decode():
+    labels = ("A1", "A10", "A2")
+    assert route_hop.label_prefix(labels) == "A"
+    req = route_hop.route_request("x", "hi", labels)
+    assert req.choice == ("1", "10", "2") and req.max_tokens == 2
+    assert route_hop.parse_label("10", labels) == "A10"
+
+
+def test_labels_with_nothing_in_common_are_decoded_whole():
+    labels = ("chat", "agent")
+    assert route_hop.label_prefix(labels) == ""
+    req = route_hop.route_request("x", "hi", labels)
+    assert req.messages[-1]["role"] == "user" and not req.continue_final_message
+    assert req.choice == labels and req.max_tokens == 5
+    assert "continue_final_message" not in request_body(req)
+
+
+def test_the_budget_never_exceeds_the_design_cap():
+    labels = ("x" * 40, "y" * 50)
+    assert route_hop.route_request("x", "hi", labels).max_tokens == route_hop.ROUTE_BUDGET_TOKENS
