@@ -11,8 +11,8 @@ decoded: it is the start of the assistant's reply in the prompt (vLLM's
 the engine decodes only what tells the labels apart, under a `choice` over those
 endings. The token budget ends the request right after the longest ending rather
 than on an end-of-sequence token, which would cost one more pass. On one CPU
-core, over the 240 held-out requests, with the same labels chosen: p50 0.33 s
-for "L", digit, end-of-sequence (three passes), 0.21 s for the digit alone.
+core, over held-out requests, with the same labels chosen: p50 0.33 s for "L",
+digit, end-of-sequence (three passes), 0.21 s for the digit alone.
 """
 
 from __future__ import annotations

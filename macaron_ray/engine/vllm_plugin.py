@@ -9,8 +9,9 @@ in 10 s next to two NIXL engines, and `ray stop` could not start).
 The thread cannot simply be dropped: with no progress thread an idle prefill
 engine never drives UCX, and a decode engine's read of its KV cache never
 completes. With a delay the same thread sleeps in `poll()` on UCX's event fds and
-wakes on each event or after the delay (NIXL rounds it up to whole milliseconds),
-so transfers still progress when the engine is idle.
+wakes on each event or after the delay (in NIXL's source the delay is `poll()`'s
+timeout, rounded up to whole milliseconds), so transfers still progress when the
+engine is idle.
 
 `MACARON_NIXL_PROGRESS_DELAY_US=<microseconds>` in an engine's environment sets the
 delay; processes without that variable (GPU profiles) are left as they are.
