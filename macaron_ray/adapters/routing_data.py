@@ -8,6 +8,8 @@ example draws all three from the same part: a held-out example therefore uses a
 sentence frame, slot values and a wrapper that no training example uses, so
 held-out accuracy measures generalization rather than memory.
 
+Each label's examples draw a language evenly, then a frame of that language, so
+every language gets the same share of the training and held-out sets.
 Generation is a pure function of the seed.
 """
 
@@ -211,6 +213,136 @@ TEMPLATES: list[tuple[str, str, str]] = [
     ("L3", "de", "Erstelle eine interaktive Tabelle mit {data}."),
     ("L3", "de", "Bau ein Formular mit Absenden-Knopf, um {form_goal}."),
     ("L3", "de", "Gestalte ein Widget mit Schieberegler, um {control}."),
+    # Recipe 2: more frames per group. Appended, so the frames above keep their
+    # positions (and splits); one in four of these is held out like the rest.
+    ("L0", "en", "Explain {topic} to me like I'm five."),
+    ("L0", "en", "Describe {topic} in simple words."),
+    ("L0", "en", "I've been {feeling} all week. What should I do?"),
+    ("L0", "en", "Share an interesting story about {topic}."),
+    ("L0", "en", "Teach me something new about {topic}."),
+    ("L0", "en", "Do you think {topic} will still matter in a hundred years?"),
+    ("L0", "en", "Tell me why {topic} is fascinating."),
+    ("L0", "en", "I need some cheering up, I'm {feeling}."),
+    ("L0", "es", "Cuéntame una historia sobre {topic}."),
+    ("L0", "es", "Explícame {topic} con palabras sencillas."),
+    ("L0", "es", "¿Sabes algo interesante de {topic}?"),
+    ("L0", "es", "Hoy estoy {feeling}. ¿Qué me recomiendas?"),
+    ("L0", "es", "Dime tu opinión sobre {topic}."),
+    ("L0", "es", "Enséñame algo nuevo sobre {topic}."),
+    ("L0", "es", "¿Es normal sentirse {feeling} a veces?"),
+    ("L0", "es", "Descríbeme {topic} en pocas frases."),
+    ("L0", "fr", "Dis-moi ce que tu sais sur {topic}."),
+    ("L0", "fr", "Décris-moi {topic} en quelques phrases."),
+    ("L0", "fr", "Je suis {feeling} aujourd'hui, tu peux me remonter le moral ?"),
+    ("L0", "fr", "Apprends-moi quelque chose sur {topic}."),
+    ("L0", "fr", "Donne-moi ton avis sur {topic}."),
+    ("L0", "fr", "C'est quoi, {topic}, au juste ?"),
+    ("L0", "fr", "Est-ce normal de se sentir {feeling} le dimanche soir ?"),
+    ("L0", "fr", "Raconte-moi une anecdote sur {topic}."),
+    ("L0", "de", "Beschreib mir {topic} in einfachen Worten."),
+    ("L0", "de", "Was ist deine Meinung zu {topic}?"),
+    ("L0", "de", "Ich bin heute {feeling}, muntere mich auf."),
+    ("L0", "de", "Bring mir etwas über {topic} bei."),
+    ("L0", "de", "Sag mir, was du über {topic} weißt."),
+    ("L0", "de", "Ist es normal, sich {feeling} zu fühlen?"),
+    ("L0", "de", "Erzähl mir eine Geschichte über {topic}."),
+    ("L0", "de", "Was weißt du über {topic}?"),
+    ("L1", "en", "Can you book a table for {n} at {restaurant} on {day}?"),
+    ("L1", "en", "I need a taxi to {place} at {time}."),
+    ("L1", "en", "Please text {person} and ask if {time} works."),
+    ("L1", "en", "Put a reminder to {errand} on my calendar for {day}."),
+    ("L1", "en", "Buy {grocery} online and have it delivered {when}."),
+    ("L1", "en", "Let {person} know I can't make it on {day}."),
+    ("L1", "en", "Reschedule my dentist appointment to {day}."),
+    ("L1", "en", "Check me in for my flight to {city}."),
+    ("L1", "es", "¿Puedes reservar un hotel en {city} para el {day}?"),
+    ("L1", "es", "Cancela mi cita con {person} del {day}."),
+    ("L1", "es", "Necesito un taxi a {place} a las {time}."),
+    ("L1", "es", "Avísale a {person} que llego a las {time}."),
+    ("L1", "es", "Compra {grocery} y {grocery2} por internet."),
+    ("L1", "es", "Paga la factura de {bill} antes del {day}."),
+    ("L1", "es", "Pon una alarma a las {time}."),
+    ("L1", "es", "Apúntame en la agenda: {errand} {when}."),
+    ("L1", "fr", "Tu peux réserver un hôtel à {city} pour {day} ?"),
+    ("L1", "fr", "Annule mon rendez-vous avec {person} le {day}."),
+    ("L1", "fr", "J'ai besoin d'un taxi pour {place} à {time}."),
+    ("L1", "fr", "Préviens {person} que j'arrive à {time}."),
+    ("L1", "fr", "Achète {grocery} et {grocery2} en ligne."),
+    ("L1", "fr", "Paie ma facture de {bill} avant {day}."),
+    ("L1", "fr", "Mets un réveil à {time}."),
+    ("L1", "fr", "Note dans mon agenda de {errand} {when}."),
+    ("L1", "de", "Kannst du ein Hotel in {city} für {day} buchen?"),
+    ("L1", "de", "Sag meinen Termin mit {person} am {day} ab."),
+    ("L1", "de", "Ich brauche ein Taxi zu {place} um {time}."),
+    ("L1", "de", "Gib {person} Bescheid, dass ich um {time} da bin."),
+    ("L1", "de", "Kauf {grocery} und {grocery2} online."),
+    ("L1", "de", "Bezahl meine {bill}-Rechnung vor {day}."),
+    ("L1", "de", "Stell einen Wecker auf {time}."),
+    ("L1", "de", "Trag in meinen Kalender ein, {errand} {when}."),
+    ("L2", "en", "Help me write a {plang} script that {task}."),
+    ("L2", "en", "Can you explain this stack trace? {error} in {plang}."),
+    ("L2", "en", "What's wrong with this line: {snippet}"),
+    ("L2", "en", "Translate this {plang} code into {plang2}: {snippet}"),
+    ("L2", "en", "Write a {plang} program that {shell_task}."),
+    ("L2", "en", "How do I {task_verb} in {plang} without a library?"),
+    ("L2", "en", "Give me a SQL statement that {sql}."),
+    ("L2", "en", "Add type hints and docstrings to this: {snippet}"),
+    ("L2", "es", "Ayúdame a escribir un script en {plang} que {task_es}."),
+    ("L2", "es", "¿Qué está mal en esta línea? {snippet}"),
+    ("L2", "es", "Traduce este código de {plang} a {plang2}: {snippet}"),
+    ("L2", "es", "Dame una expresión regular para {regex}."),
+    ("L2", "es", "Haz una consulta SQL que {sql}."),
+    ("L2", "es", "Revisa mi código de {plang}: {snippet}"),
+    ("L2", "es", "Escribe pruebas unitarias en {plang} para una función que {task_es}."),
+    ("L2", "es", "Me sale {error} al compilar en {plang}, ¿qué hago?"),
+    ("L2", "fr", "Aide-moi à écrire un script {plang} qui {task_fr}."),
+    ("L2", "fr", "Qu'est-ce qui ne va pas dans cette ligne ? {snippet}"),
+    ("L2", "fr", "Traduis ce code {plang} en {plang2} : {snippet}"),
+    ("L2", "fr", "Donne-moi une regex pour {regex}."),
+    ("L2", "fr", "Fais une requête SQL qui {sql}."),
+    ("L2", "fr", "Relis mon code {plang} : {snippet}"),
+    ("L2", "fr", "Écris des tests unitaires {plang} pour une fonction qui {task_fr}."),
+    ("L2", "fr", "J'ai {error} à la compilation en {plang}, que faire ?"),
+    ("L2", "de", "Hilf mir, ein {plang}-Skript zu schreiben, das {task_de}."),
+    ("L2", "de", "Was ist an dieser Zeile falsch? {snippet}"),
+    ("L2", "de", "Übersetze diesen {plang}-Code nach {plang2}: {snippet}"),
+    ("L2", "de", "Gib mir eine Regex für {regex}."),
+    ("L2", "de", "Mach eine SQL-Abfrage, die {sql}."),
+    ("L2", "de", "Schau dir meinen {plang}-Code an: {snippet}"),
+    ("L2", "de", "Schreib Unit-Tests in {plang} für eine Funktion, die {task_de}."),
+    ("L2", "de", "Beim Kompilieren in {plang} bekomme ich {error}, was tun?"),
+    ("L3", "en", "Put {data} in a card with a small chart."),
+    ("L3", "en", "I'd like a modal dialog with a form to {form_goal}."),
+    ("L3", "en", "Create a tabbed panel that shows {data}."),
+    ("L3", "en", "Make a carousel of cards for {event}."),
+    ("L3", "en", "Build a settings screen with switches to {control}."),
+    ("L3", "en", "Display {data} as a heatmap component."),
+    ("L3", "en", "Generate a stepper UI that walks me through how to {form_goal}."),
+    ("L3", "en", "Design a landing page hero section for {event}."),
+    ("L3", "es", "Pon {data} en una tarjeta con un gráfico pequeño."),
+    ("L3", "es", "Crea una ventana modal con un formulario para {form_goal}."),
+    ("L3", "es", "Haz un panel con pestañas que muestre {data}."),
+    ("L3", "es", "Crea un carrusel de tarjetas para {event}."),
+    ("L3", "es", "Diseña una pantalla de ajustes con interruptores para {control}."),
+    ("L3", "es", "Muestra {data} como un mapa de calor."),
+    ("L3", "es", "Crea una lista interactiva con casillas para {event}."),
+    ("L3", "es", "Haz un componente con un botón para {control}."),
+    ("L3", "fr", "Mets {data} dans une carte avec un petit graphique."),
+    ("L3", "fr", "Crée une fenêtre modale avec un formulaire pour {form_goal}."),
+    ("L3", "fr", "Fais un panneau à onglets qui affiche {data}."),
+    ("L3", "fr", "Crée un carrousel de cartes pour {event}."),
+    ("L3", "fr", "Conçois un écran de réglages avec des interrupteurs pour {control}."),
+    ("L3", "fr", "Affiche {data} sous forme de carte de chaleur."),
+    ("L3", "fr", "Crée une liste de cases à cocher interactive pour {event}."),
+    ("L3", "fr", "Fais un composant avec un bouton pour {control}."),
+    ("L3", "de", "Pack {data} in eine Karte mit einem kleinen Diagramm."),
+    ("L3", "de", "Erstelle ein Modal mit einem Formular, um {form_goal}."),
+    ("L3", "de", "Mach ein Panel mit Tabs, das {data} zeigt."),
+    ("L3", "de", "Erstelle ein Karussell aus Karten für {event}."),
+    ("L3", "de", "Gestalte einen Einstellungsbildschirm mit Schaltern, um {control}."),
+    ("L3", "de", "Zeig {data} als Heatmap-Komponente."),
+    ("L3", "de", "Erstelle eine interaktive Checkliste für {event}."),
+    ("L3", "de", "Mach eine Komponente mit einem Knopf, um {control}."),
 ]
 
 _EN_TOPICS = ["black holes", "jazz music", "the Roman empire", "coffee", "photosynthesis",
@@ -347,13 +479,17 @@ SLOTS: dict[str, dict[str, list[str]]] = {
 # Wrappers put a wording around a filled frame. Split by position (see _split_of).
 WRAPPERS: dict[str, list[str]] = {
     "en": ["{}", "Hey, {}", "{} Thanks!", "Quick one: {}", "Could you help? {}", "{} please",
-           "hi! {}", "So, {}", "I need this: {}"],
+           "hi! {}", "So, {}", "I need this: {}",
+           "Hello! {}", "{} Thank you.", "Okay so {}", "Good morning. {}", "{} Cheers", "Right, {}"],
     "es": ["{}", "Hola, {}", "{} ¡Gracias!", "Una pregunta: {}", "Oye, {}", "{} por favor",
-           "Buenas, {}", "Necesito esto: {}", "Bueno, {}"],
+           "Buenas, {}", "Necesito esto: {}", "Bueno, {}",
+           "¡Hola! {}", "{} Muchas gracias.", "A ver, {}", "Buenos días. {}", "{} Gracias", "Mira, {}"],
     "fr": ["{}", "Salut, {}", "{} Merci !", "Petite question : {}", "Dis, {}", "{} s'il te plaît",
-           "Bonjour, {}", "J'ai besoin de ça : {}", "Alors, {}"],
+           "Bonjour, {}", "J'ai besoin de ça : {}", "Alors, {}",
+           "Coucou ! {}", "{} Merci beaucoup.", "Bon, {}", "Bonjour à toi. {}", "{} Merci", "Écoute, {}"],
     "de": ["{}", "Hallo, {}", "{} Danke!", "Kurze Frage: {}", "Hey, {}", "{} bitte",
-           "Moin, {}", "Ich brauche das: {}", "Also, {}"],
+           "Moin, {}", "Ich brauche das: {}", "Also, {}",
+           "Servus! {}", "{} Vielen Dank.", "Okay, {}", "Guten Morgen. {}", "{} Danke", "Sag mal, {}"],
 }
 
 
@@ -407,17 +543,22 @@ def generate(split: Split, per_label: int, seed: int) -> list[RouteExample]:
     out: list[RouteExample] = []
     groups = template_groups()
     for label in LABELS:
-        frames = [(tid, lang, frame)
-                  for (lab, lang), group in groups.items() if lab == label
-                  for i, (tid, frame) in enumerate(group)
-                  if template_split(i) == split]
+        # Languages are drawn evenly, then a frame of that language: English has
+        # more frames than the others and would otherwise crowd them out.
+        frames: dict[str, list[tuple[str, str]]] = {}
+        for (lab, lang), group in groups.items():
+            if lab == label:
+                frames[lang] = [(tid, frame) for i, (tid, frame) in enumerate(group)
+                                if template_split(i) == split]
+        langs = sorted(frames)
         seen: set[str] = set()
         attempts = 0
         while len([e for e in out if e.label == label]) < per_label:
             attempts += 1
             if attempts > per_label * 200:
                 raise ValueError(f"cannot make {per_label} distinct {split} examples for {label}")
-            tid, lang, frame = frames[rng.randrange(len(frames))]
+            lang = langs[rng.randrange(len(langs))]
+            tid, frame = frames[lang][rng.randrange(len(frames[lang]))]
             values = {s: rng.choice(slot_values(s, lang, split)) for s in _slots_in(frame)}
             wrapper = rng.choice(wrappers(lang, split))
             text = wrapper.format(frame.format(**values))

@@ -55,7 +55,7 @@ RECIPES: dict[str, Recipe] = {
 def dataset(label: str, seed: int) -> list[Conversation]:
     """The training conversations of one adapter."""
     if label == "L0":
-        return (answer_data.route_conversations(320, seed) + answer_data.chat_conversations(96, seed)
+        return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(96, seed)
                 + answer_data.summary_conversations(96, seed))
     if label == "L1":
         return answer_data.agent_conversations(240, seed)
