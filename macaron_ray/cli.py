@@ -53,7 +53,8 @@ def _on_engine(args: argparse.Namespace, run):
 def _bench_routing(args: argparse.Namespace) -> int:
     from macaron_ray.bench import routing
 
-    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label))
+    per_label = args.per_label or routing.HELDOUT_PER_LABEL
+    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=per_label))
     print(routing.format_report(result))
     print(f"wrote {args.out}")
     return 0
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", required=True)
     p = bench.add_parser("routing", help="L0 routing accuracy and route-hop latency on the held-out split")
     p.add_argument("--out", type=Path, default=Path(".bench/routing.json"))
-    p.add_argument("--per-label", type=int, default=60)
+    p.add_argument("--per-label", type=int, help="held-out requests per label (default 100)")
     p.add_argument("--cores", default="0", help="cores the engine is pinned to")
     p.add_argument("--base-url", help="use a running engine instead of starting one")
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))
