@@ -26,11 +26,15 @@ logger = logging.getLogger(__name__)
 
 
 class ReplicaWatch:
-    """Running-replica counts of this application's deployments, refreshed in the background."""
+    """Running-replica counts of this application's deployments, refreshed in the background.
 
-    def __init__(self, app_name: str, *, interval_s: float = 0.5):
+    `read` returns {deployment: running replicas}; by default it asks Serve.
+    """
+
+    def __init__(self, app_name: str, *, interval_s: float = 0.5, read=None):
         self.app_name = app_name
         self.interval_s = interval_s
+        self._read = read or self._read_serve_status
         self._running: dict[str, int] = {}
         self._updated = 0.0
         self._task: asyncio.Task | None = None
@@ -50,18 +54,38 @@ class ReplicaWatch:
             return True  # no fresh view: let the request try
         return self._running.get(deployment, 1) > 0
 
-    async def _poll(self) -> None:
+    async def first_unavailable(self, deployments: tuple[str, ...]) -> str | None:
+        """The first of `deployments` without a running replica, or None.
+
+        A "none running" in the cached view is read again before it fails a request:
+        the view can be one poll older than a replica that has just started.
+        """
+        if all(self.available(d) for d in deployments):
+            return None
+        await self.refresh()
+        return next((d for d in deployments if not self.available(d)), None)
+
+    async def refresh(self) -> None:
+        try:
+            running = await self._read()
+        except Exception as exc:  # the controller restarting must not kill the ingress
+            logger.warning("could not read Serve status: %s", exc)
+            return
+        if running is not None:
+            self._running, self._updated = running, time.monotonic()
+
+    async def _read_serve_status(self) -> dict[str, int] | None:
         from ray import serve
 
+        status = await asyncio.to_thread(serve.status)
+        app = status.applications.get(self.app_name)
+        if app is None:
+            return None
+        return {name: d.replica_states.get("RUNNING", 0) for name, d in app.deployments.items()}
+
+    async def _poll(self) -> None:
         while True:
-            try:
-                status = await asyncio.to_thread(serve.status)
-                app = status.applications.get(self.app_name)
-                if app is not None:
-                    self._running = {name: d.replica_states.get("RUNNING", 0) for name, d in app.deployments.items()}
-                    self._updated = time.monotonic()
-            except Exception as exc:  # the controller restarting must not kill the ingress
-                logger.warning("could not read Serve status: %s", exc)
+            await self.refresh()
             await asyncio.sleep(self.interval_s)
 
 
@@ -99,10 +123,8 @@ class ServeHandleEngine:
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-        if self._watch is not None:
-            for deployment in self._needs:
-                if not self._watch.available(deployment):
-                    raise EngineError(f"{deployment} has no running replica")
+        if self._watch is not None and (missing := await self._watch.first_unavailable(self._needs)):
+            raise EngineError(f"{missing} has no running replica")
         body = ChatCompletionRequest(**request_body(request))
         acc = StreamAccumulator()
         try:

@@ -29,6 +29,20 @@ def api(engine, base_model_dir, tmp_path_factory):
     running.stop()
 
 
+@pytest.fixture
+def oai(api):
+    with openai.OpenAI(base_url=api.base_url + "/v1", api_key="k", _strict_response_validation=True,
+                       max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def claude(api):
+    with anthropic.Anthropic(base_url=api.base_url, api_key="k", _strict_response_validation=True,
+                             max_retries=0) as client:
+        yield client
+
+
 @pytest.fixture(scope="module")
 def private_names(base_model_dir) -> list[str]:
     return [a.adapter_id for a in Manifest.load().adapters] + [str(base_model_dir), base_model_dir.name]
@@ -39,21 +53,18 @@ def no_private(text: str, names: list[str]) -> None:
         assert name not in text, name
 
 
-def test_chat_stream_and_count_tokens_agree_with_the_engine(api, private_names):
-    oai = openai.OpenAI(base_url=api.base_url + "/v1", api_key="k", _strict_response_validation=True, max_retries=0)
+def test_chat_stream_and_count_tokens_agree_with_the_engine(oai, claude, private_names):
     msgs = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     chunks = list(oai.chat.completions.create(model=PUBLIC, messages=msgs, stream=True, max_tokens=48,
                                               stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "def " in text or "```" in text, text
     no_private("".join(c.model_dump_json() for c in chunks), private_names)
-    claude = anthropic.Anthropic(base_url=api.base_url, api_key="k", _strict_response_validation=True, max_retries=0)
     counted = claude.messages.count_tokens(model=PUBLIC, messages=msgs).input_tokens
     assert counted == chunks[-1].usage.prompt_tokens  # a first turn's own-view is the conversation itself
 
 
-def test_chat_tool_round_trip_with_the_personal_agent(api, private_names):
-    oai = openai.OpenAI(base_url=api.base_url + "/v1", api_key="k", _strict_response_validation=True, max_retries=0)
+def test_chat_tool_round_trip_with_the_personal_agent(oai, private_names):
     msgs = [{"role": "user", "content": "Book a table for 2 at Sakura at 7pm."}]
     first = oai.chat.completions.create(model=PUBLIC, messages=msgs, tools=[BOOK], max_tokens=64)
     assert first.choices[0].finish_reason == "tool_calls", first.choices[0].message
@@ -67,15 +78,13 @@ def test_chat_tool_round_trip_with_the_personal_agent(api, private_names):
     no_private(first.model_dump_json() + second.model_dump_json(), private_names)
 
 
-def test_responses_chain_and_messages_stream(api, private_names):
-    oai = openai.OpenAI(base_url=api.base_url + "/v1", api_key="k", _strict_response_validation=True, max_retries=0)
+def test_responses_chain_and_messages_stream(oai, claude, private_names):
     r1 = oai.responses.create(model=PUBLIC, input="Hi! How are you today?", max_output_tokens=32)
     with oai.responses.stream(model=PUBLIC, input="Write a SQL query that counts orders per day.",
                               previous_response_id=r1.id, max_output_tokens=48) as stream:
         events = list(stream)
     assert events[-1].type in ("response.completed", "response.incomplete")
     assert events[-1].response.output_text
-    claude = anthropic.Anthropic(base_url=api.base_url, api_key="k", _strict_response_validation=True, max_retries=0)
     with claude.messages.stream(model=PUBLIC, max_tokens=32,
                                 messages=[{"role": "user", "content": "Tell me a fun fact about honeybees."}]) as s:
         final = s.get_final_message()

@@ -134,16 +134,18 @@ def test_deployments_land_on_the_node_types_the_profile_asks_for(cluster, pd):
 
 def test_the_deployed_profile_serves_the_api(pd):
     _, url = pd
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k", _strict_response_validation=True, max_retries=0)
-    assert [m.id for m in client.models.list()] == [PUBLIC]
-    resp = client.chat.completions.create(model=PUBLIC, max_tokens=24, messages=[
-        {"role": "user", "content": "Write a Python function that reverses a string."}])
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", _strict_response_validation=True,
+                       max_retries=0) as client:
+        assert [m.id for m in client.models.list()] == [PUBLIC]
+        resp = client.chat.completions.create(model=PUBLIC, max_tokens=24, messages=[
+            {"role": "user", "content": "Write a Python function that reverses a string."}])
     assert resp.model == PUBLIC
     assert resp.choices[0].message.content.strip()
     assert resp.usage.prompt_tokens > 0
     # A streamed turn through the Anthropic surface, on the same topology.
-    msg = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).messages.create(
-        model=PUBLIC, max_tokens=16, messages=[{"role": "user", "content": "Say hello to my friend Ana."}])
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0) as claude:
+        msg = claude.messages.create(model=PUBLIC, max_tokens=16,
+                                     messages=[{"role": "user", "content": "Say hello to my friend Ana."}])
     assert msg.content and msg.content[0].text.strip()
 
 

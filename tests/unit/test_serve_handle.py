@@ -96,15 +96,25 @@ def test_a_dead_replica_is_a_retryable_engine_error():
     assert err.value.retryable
 
 
+def _watch_reading(*views: dict[str, int]) -> ReplicaWatch:
+    """A watch whose cached view is views[0] and whose reads of Serve return the next views."""
+    reads = iter(views[1:])
+
+    async def read():
+        return next(reads)
+
+    watch = ReplicaWatch("macaron", read=read)
+    watch._running, watch._updated = views[0], time.monotonic()
+    return watch
+
+
 def test_no_running_replica_fails_at_once_without_calling_the_handle():
-    watch = ReplicaWatch("macaron")
-    watch._running, watch._updated = {"Decode:base": 0}, time.monotonic()
+    watch = _watch_reading({"Decode:base": 0}, {"Decode:base": 0}, {"Decode:base": 1, "Prefill:base": 0})
     handle = FakeHandle([_sse(_delta("x"))])
     with pytest.raises(EngineError) as err:
         asyncio.run(_collect(ServeHandleEngine(handle, watch=watch), EngineRequest(adapter="a", messages=[])))
     assert err.value.retryable and handle.bodies == []
     # Decode calls prefill itself: prefill without a replica fails the request at once too.
-    watch._running = {"Decode:base": 1, "Prefill:base": 0}
     with pytest.raises(EngineError):
         asyncio.run(_collect(ServeHandleEngine(handle, watch=watch, also_needs=("Prefill:base",)),
                              EngineRequest(adapter="a", messages=[])))
@@ -113,6 +123,23 @@ def test_no_running_replica_fails_at_once_without_calling_the_handle():
     # A stale view lets the request try: the handle itself then decides.
     watch._updated = time.monotonic() - 60
     assert watch.available("Decode:base")
+
+
+def test_a_replica_started_since_the_last_poll_serves_the_request():
+    # The cached view predates the replica; the read made before failing sees it running.
+    watch = _watch_reading({"Router:base": 0}, {"Router:base": 1})
+    handle = FakeHandle([_sse(_delta("x"))])
+    assert asyncio.run(_collect(ServeHandleEngine(handle, watch=watch), EngineRequest(adapter="a", messages=[])))
+    assert len(handle.bodies) == 1
+
+
+def test_an_unreadable_status_keeps_the_cached_view():
+    async def read():
+        raise ConnectionError("controller restarting")
+
+    watch = ReplicaWatch("macaron", read=read)
+    watch._running, watch._updated = {"Router:base": 0}, time.monotonic()
+    assert asyncio.run(watch.first_unavailable(("Router:base",))) == "Router:base"
 
 
 def test_sse_payloads_reads_strings_and_lists():
