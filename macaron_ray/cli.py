@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from macaron_ray.adapters.routing_data import HELDOUT_PER_LABEL
 from macaron_ray.engine.local_server import LocalEngineSpec, LocalVLLMServer, free_port
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +54,7 @@ def _on_engine(args: argparse.Namespace, run):
 def _bench_routing(args: argparse.Namespace) -> int:
     from macaron_ray.bench import routing
 
-    per_label = args.per_label or routing.HELDOUT_PER_LABEL
-    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=per_label))
+    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label))
     print(routing.format_report(result))
     print(f"wrote {args.out}")
     return 0
@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", required=True)
     p = bench.add_parser("routing", help="L0 routing accuracy and route-hop latency on the held-out split")
     p.add_argument("--out", type=Path, default=Path(".bench/routing.json"))
-    p.add_argument("--per-label", type=int, help="held-out requests per label (default 100)")
+    p.add_argument("--per-label", type=int, default=HELDOUT_PER_LABEL,
+                   help="held-out requests per label (default %(default)s)")
     p.add_argument("--cores", default="0", help="cores the engine is pinned to")
     p.add_argument("--base-url", help="use a running engine instead of starting one")
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))

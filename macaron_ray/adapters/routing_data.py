@@ -25,6 +25,9 @@ from macaron_ray.specialists.labels import LABELS
 
 Split = Literal["train", "heldout"]
 
+HELDOUT_PER_LABEL = 100
+"""Held-out requests per label in `macaron bench routing`: one error moves a class by one point."""
+
 # (label, language, frame). Order matters: the split is by position (see _split_of).
 TEMPLATES: list[tuple[str, str, str]] = [
     # L0: chat. Small talk, feelings, opinions, advice, knowledge, stories.

@@ -17,13 +17,12 @@ from pathlib import Path
 import httpx
 
 from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
-from macaron_ray.adapters.routing_data import RouteExample, generate
+from macaron_ray.adapters.routing_data import HELDOUT_PER_LABEL, RouteExample, generate
 from macaron_ray.bench.stats import percentile
 from macaron_ray.core.route_hop import parse_label, route_request
 from macaron_ray.engine.openai_http import request_body
 from macaron_ray.specialists.labels import LABELS
 
-HELDOUT_PER_LABEL = 100
 TARGETS = {"accuracy": 0.97, "per_class_accuracy": 0.95, "compliance": 1.0, "p50_s": 0.15}
 
 

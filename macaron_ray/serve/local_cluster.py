@@ -42,6 +42,8 @@ RAY_ENV = {
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
 }
+RAY_START_TIMEOUT_S = 180
+"""A `ray start` that has not returned by then has failed (a port taken, a stuck raylet)."""
 
 
 @dataclass
@@ -66,7 +68,7 @@ class LocalRayCluster:
     def dashboard_url(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
-    def _ray(self, *args: str, timeout_s: float = 180) -> None:
+    def _ray(self, *args: str) -> None:
         ray_bin = str(Path(sys.executable).with_name("ray"))
         env = {**os.environ, **RAY_ENV}
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
@@ -74,7 +76,7 @@ class LocalRayCluster:
             # A session of its own: Ctrl-C in the terminal reaches this process group only, so
             # `stop()` still finds the cluster's processes (engines included) alive and whole.
             proc = subprocess.run([ray_bin, *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s, start_new_session=True)
+                                  timeout=RAY_START_TIMEOUT_S, start_new_session=True)
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()

@@ -96,12 +96,15 @@ def test_a_dead_replica_is_a_retryable_engine_error():
     assert err.value.retryable
 
 
-def _watch_reading(*views: dict[str, int]) -> ReplicaWatch:
-    """A watch whose cached view is views[0] and whose reads of Serve return the next views."""
+def _watch_reading(*views: dict[str, int] | Exception) -> ReplicaWatch:
+    """A watch whose cached view is views[0] and whose reads of Serve return (or raise) the next views."""
     reads = iter(views[1:])
 
     async def read():
-        return next(reads)
+        view = next(reads)
+        if isinstance(view, Exception):
+            raise view
+        return view
 
     watch = ReplicaWatch("macaron", read=read)
     watch._running, watch._updated = views[0], time.monotonic()
@@ -134,11 +137,7 @@ def test_a_replica_started_since_the_last_poll_serves_the_request():
 
 
 def test_an_unreadable_status_keeps_the_cached_view():
-    async def read():
-        raise ConnectionError("controller restarting")
-
-    watch = ReplicaWatch("macaron", read=read)
-    watch._running, watch._updated = {"Router:base": 0}, time.monotonic()
+    watch = _watch_reading({"Router:base": 0}, ConnectionError("controller restarting"))
     assert asyncio.run(watch.first_unavailable(("Router:base",))) == "Router:base"
 
 
