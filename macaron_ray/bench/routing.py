@@ -77,7 +77,7 @@ def evaluate(base_url: str, adapter_id: str, examples: list[RouteExample], warmu
 
 
 def format_report(result: dict) -> str:
-    lines = [f"routing on {result['samples']} held-out samples",
+    lines = [f"routing on {result['samples']} held-out samples (draw seed {result['seed']})",
              f"  accuracy     {result['accuracy']:.2%}",
              "  per class    " + "  ".join(f"{g} {a:.1%}" for g, a in result["per_class_accuracy"].items()),
              f"  compliance   {result['compliance']:.2%} canonical labels",
@@ -93,7 +93,7 @@ def format_report(result: dict) -> str:
 
 def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0) -> dict:
     adapter_id = Manifest.load(BUILT_DIR).adapter("L0").adapter_id
-    result = evaluate(base_url, adapter_id, generate("heldout", per_label, seed))
+    result = {**evaluate(base_url, adapter_id, generate("heldout", per_label, seed)), "seed": seed}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result
