@@ -34,12 +34,16 @@ def api(tmp_path):
 
 @pytest.fixture
 def oai(api):
-    return openai.OpenAI(base_url=api.base_url + "/v1", api_key=KEY, _strict_response_validation=True, max_retries=0)
+    with openai.OpenAI(base_url=api.base_url + "/v1", api_key=KEY, _strict_response_validation=True,
+                       max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture
 def claude(api):
-    return anthropic.Anthropic(base_url=api.base_url, api_key=KEY, _strict_response_validation=True, max_retries=0)
+    with anthropic.Anthropic(base_url=api.base_url, api_key=KEY, _strict_response_validation=True,
+                             max_retries=0) as client:
+        yield client
 
 
 def rows(api, table: str) -> int:
@@ -205,10 +209,11 @@ def test_responses_stream_function_call_and_incomplete(oai):
     assert events[-1].response.incomplete_details.reason == "max_output_tokens"
 
 
-def test_previous_response_id_unknown_or_foreign_is_404(oai, api):
+def test_previous_response_id_unknown_or_foreign_is_404(oai, api, request):
     r = oai.responses.create(model=PUBLIC_MODEL, input="hello")
     other = openai.OpenAI(base_url=api.base_url + "/v1", api_key="sk-other", _strict_response_validation=True,
                           max_retries=0)
+    request.addfinalizer(other.close)
     for client, rid in ((oai, "resp_doesnotexist"), (other, r.id)):
         with pytest.raises(openai.NotFoundError) as err:
             client.responses.create(model=PUBLIC_MODEL, input="again", previous_response_id=rid)
@@ -272,16 +277,16 @@ def test_messages_error_after_stream_started_is_an_error_event(claude, api):
 def test_auth_required_when_keys_are_configured(tmp_path):
     running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path / "s.db", api_keys=frozenset({"good"}))
     try:
-        bad = openai.OpenAI(base_url=running.base_url + "/v1", api_key="bad", max_retries=0)
-        with pytest.raises(openai.AuthenticationError):
-            bad.chat.completions.create(model=PUBLIC_MODEL, messages=[{"role": "user", "content": "hi"}])
-        bad_a = anthropic.Anthropic(base_url=running.base_url, api_key="bad", max_retries=0)
-        with pytest.raises(anthropic.AuthenticationError) as err:
-            bad_a.messages.create(model=PUBLIC_MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
-        assert err.value.body["error"]["type"] == "authentication_error"
-        good = anthropic.Anthropic(base_url=running.base_url, api_key="good", max_retries=0)
-        assert good.messages.create(model=PUBLIC_MODEL, max_tokens=8,
-                                    messages=[{"role": "user", "content": "hi"}]).content
+        with (openai.OpenAI(base_url=running.base_url + "/v1", api_key="bad", max_retries=0) as bad,
+              anthropic.Anthropic(base_url=running.base_url, api_key="bad", max_retries=0) as bad_a,
+              anthropic.Anthropic(base_url=running.base_url, api_key="good", max_retries=0) as good):
+            with pytest.raises(openai.AuthenticationError):
+                bad.chat.completions.create(model=PUBLIC_MODEL, messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(anthropic.AuthenticationError) as err:
+                bad_a.messages.create(model=PUBLIC_MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+            assert err.value.body["error"]["type"] == "authentication_error"
+            assert good.messages.create(model=PUBLIC_MODEL, max_tokens=8,
+                                        messages=[{"role": "user", "content": "hi"}]).content
         via_bearer = httpx.post(running.base_url + "/v1/messages", headers={
             "authorization": "Bearer good", "anthropic-version": "2023-06-01"},
             json={"model": PUBLIC_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
