@@ -111,6 +111,9 @@ def _serve(args: argparse.Namespace) -> int:
         cluster.wait_running("macaron", timeout_s=args.timeout_s)
         url = f"http://127.0.0.1:{args.port}"
         print(_ready_banner(url, profile.public_model), flush=True)
+        print(f"  metrics (Prometheus scrape target, Ray's metrics export port): "
+              f"http://127.0.0.1:{cluster.metrics_port}/metrics\n"
+              f"  dashboards: dashboards/*.json (Grafana provisioning in dashboards/provisioning/)", flush=True)
         try:
             while True:
                 time.sleep(3600)
@@ -139,8 +142,12 @@ def _serve_standalone(args: argparse.Namespace) -> int:
     print(f"starting the engine (cores {server.spec.cores}) ...", flush=True)
     server.start()
     try:
-        app = build_standalone_app(server.spec.base_url, server.spec.model_dir, cache_dir() / "state" / "conversations.db")
-        print(_ready_banner(f"http://{args.host}:{args.port}", DEFAULT_PUBLIC_MODEL), flush=True)
+        app = build_standalone_app(server.spec.base_url, server.spec.model_dir,
+                                   cache_dir() / "state" / "conversations.db", debug_headers=args.debug_headers,
+                                   otlp_endpoint=args.otlp_endpoint)
+        url = f"http://{args.host}:{args.port}"
+        print(_ready_banner(url, DEFAULT_PUBLIC_MODEL), flush=True)
+        print(f"  metrics (Prometheus): {url}/metrics", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         server.stop()
@@ -204,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standalone", action="store_true", help="one vLLM engine for every hop, without Ray")
     p.add_argument("--host", default="127.0.0.1", help="--standalone only")
     p.add_argument("--cores", default="0-1", help="--standalone only: cores the engine is pinned to")
+    p.add_argument("--debug-headers", action="store_true",
+                   help="--standalone only: send each turn's specialist label (x-macaron-specialist)")
+    p.add_argument("--otlp-endpoint", help="--standalone only: OTLP/HTTP traces endpoint (default: no tracing)")
     p.set_defaults(func=_serve)
     from macaron_ray.plan.report import add_plan_parser
 

@@ -2,7 +2,9 @@
 
 `build_api(surfaces)` is mounted by the Ray Serve ingress and also runs
 standalone (uvicorn) against any EngineClient. Errors are rendered in the
-envelope of the surface whose path was called.
+envelope of the surface whose path was called. Every response is counted by
+surface and status class; standalone, `/metrics` serves the Prometheus
+exposition (under Ray, Ray's metrics agent exports the same names).
 """
 
 from __future__ import annotations
@@ -10,14 +12,55 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from macaron_ray.api import chat_completions, messages, responses
 from macaron_ray.api.errors import APIError, anthropic_body, internal_error, openai_body
 from macaron_ray.api.surface import Surfaces
+from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
 
 logger = logging.getLogger(__name__)
+
+
+def surface_of(path: str) -> str:
+    """The `surface` label of a request path."""
+    if path == "/v1/chat/completions":
+        return "chat"
+    if path == "/v1/responses" or path.startswith("/v1/responses/"):
+        return "responses"
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return "messages"
+    return "other"
+
+
+class RequestMetrics:
+    """ASGI middleware: counts each response by surface and status class when its head is sent
+    (a stream counts as it starts); an exception that escapes the app counts as a 5xx."""
+
+    def __init__(self, app, metrics: MoLMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        surface = surface_of(scope["path"])
+        started = False
+
+        async def counting_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start" and not started:
+                started = True
+                self.metrics.requests.inc(surface=surface, status_class=f"{message['status'] // 100}xx")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        except Exception:
+            if not started:
+                self.metrics.requests.inc(surface=surface, status_class="5xx")
+            raise
 
 
 def _error_response(request: Request, err: APIError) -> JSONResponse:
@@ -26,9 +69,20 @@ def _error_response(request: Request, err: APIError) -> JSONResponse:
     return JSONResponse(body, status_code=err.status, headers=err.headers or None)
 
 
-def build_api(s: Surfaces, lifespan=None) -> FastAPI:
-    """The app; `lifespan` (an async context manager factory) owns what the caller must close."""
+def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> FastAPI:
+    """The app; `lifespan` (an async context manager factory) owns what the caller must close.
+    `metrics_endpoint`: serve the runner's Prometheus registry at /metrics (standalone)."""
     app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.add_middleware(RequestMetrics, metrics=s.metrics)
+    if metrics_endpoint:
+        exporter = s.metrics.exporter
+        if not isinstance(exporter, PrometheusExporter):
+            raise ValueError("/metrics serves a PrometheusExporter's registry")
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        @app.get("/metrics")
+        async def metrics():
+            return Response(generate_latest(exporter.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):

@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
 
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import openai_body
@@ -109,7 +108,8 @@ def turn_request(body: ChatCompletionRequest, tenant: str) -> TurnRequest:
         tool_choice=body.tool_choice if tools else None,
         sampling=Sampling(max_tokens=body.max_completion_tokens or body.max_tokens,
                           temperature=body.temperature if body.temperature is not None else 0.0,
-                          top_p=body.top_p, stop=stop, seed=body.seed))
+                          top_p=body.top_p, stop=stop, seed=body.seed),
+        surface="chat")
 
 
 def _usage(final: TurnEvent) -> dict:
@@ -140,14 +140,13 @@ async def chat_completions(request: Request, s: Surfaces):
         message = {"role": "assistant", "content": text if text or not final.tool_calls else None}
         if final.tool_calls:
             message["tool_calls"] = _tool_calls(final)
-        return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": s.public_model,
-                             "choices": [{"index": 0, "message": message, "finish_reason": _finish(final),
-                                          "logprobs": None}],
-                             "usage": _usage(final)})
+        return s.json({"id": cid, "object": "chat.completion", "created": created, "model": s.public_model,
+                       "choices": [{"index": 0, "message": message, "finish_reason": _finish(final),
+                                    "logprobs": None}],
+                       "usage": _usage(final)}, final)
     first, events = await first_event(s.runner.run(req), param="messages")
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(_stream(s, cid, created, first, events, include_usage), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return s.stream(req, first, _stream(s, cid, created, first, events, include_usage))
 
 
 async def _stream(s: Surfaces, cid: str, created: int, first: TurnEvent | None,

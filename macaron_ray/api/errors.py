@@ -48,3 +48,8 @@ def internal_error() -> APIError:
 def engine_unavailable() -> APIError:
     return APIError(503, "The model is temporarily unavailable; retry the request.", code="engine_unavailable",
                     headers={"Retry-After": "1"})
+
+
+def store_unavailable() -> APIError:
+    return APIError(503, "Conversation state is temporarily unavailable; retry the request.",
+                    code="store_unavailable", headers={"Retry-After": "1"})

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import APIError, anthropic_body
@@ -162,7 +162,8 @@ async def create_message(request: Request, s: Surfaces):
                       tool_choice=_tool_choice(body.tool_choice) if tools else None,
                       sampling=Sampling(max_tokens=body.max_tokens, stop=body.stop_sequences,
                                         temperature=body.temperature if body.temperature is not None else 0.0,
-                                        top_p=body.top_p))
+                                        top_p=body.top_p),
+                      surface="messages")
     mid = new_id("msg_")
     if not body.stream:
         text, final = await collect(s.runner, req, param="messages")
@@ -170,12 +171,11 @@ async def create_message(request: Request, s: Surfaces):
         content = ([{"type": "text", "text": text}] if text else []) + [
             {"type": "tool_use", "id": c.id, "name": c.function.name, "input": _input(c.function.arguments)}
             for c in final.tool_calls]
-        return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": s.public_model,
-                             "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                             "usage": _usage(final)})
+        return s.json({"id": mid, "type": "message", "role": "assistant", "model": s.public_model,
+                       "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                       "usage": _usage(final)}, final)
     first, events = await first_event(s.runner.run(req), param="messages")
-    return StreamingResponse(_stream(s, mid, body, first, events), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return s.stream(req, first, _stream(s, mid, body, first, events))
 
 
 def _input(arguments: str) -> dict:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import APIError
@@ -184,7 +184,8 @@ async def create_response(request: Request, s: Surfaces):
                       tool_choice=body.tool_choice if tools else None,
                       sampling=Sampling(max_tokens=body.max_output_tokens,
                                         temperature=body.temperature if body.temperature is not None else 0.0,
-                                        top_p=body.top_p))
+                                        top_p=body.top_p),
+                      surface="responses")
     draft = _Draft(s, body, tools)
 
     async def store(text: str, final: TurnEvent, obj: dict) -> None:
@@ -197,10 +198,9 @@ async def create_response(request: Request, s: Surfaces):
         obj = draft.finish(_message_item(new_id("msg_"), text, "completed") if text or not final.tool_calls else None,
                            _call_items(final), final)
         await store(text, final, obj)
-        return JSONResponse(obj)
+        return s.json(obj, final)
     first, events = await first_event(s.runner.run(req), param="input")
-    return StreamingResponse(_stream(draft, first, events, store), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return s.stream(req, first, _stream(draft, first, events, store))
 
 
 async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[TurnEvent], store) -> AsyncIterator[str]:

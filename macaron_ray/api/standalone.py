@@ -17,14 +17,20 @@ from macaron_ray.api.tokens import TemplateTokenCounter
 from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnRunner
 from macaron_ray.engine.openai_http import OpenAIHTTPEngine
+from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
+from macaron_ray.observability.tracing import OTelTracer, otlp_tracer
 from macaron_ray.store.sqlite import SQLiteStore
 
 
 def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
-                         public_model: str = DEFAULT_PUBLIC_MODEL, api_keys: frozenset[str] | None = None) -> FastAPI:
+                         public_model: str = DEFAULT_PUBLIC_MODEL, api_keys: frozenset[str] | None = None,
+                         debug_headers: bool = False, otlp_endpoint: str | None = None) -> FastAPI:
+    """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics."""
     engine = OpenAIHTTPEngine(engine_url)
     store = SQLiteStore(store_path)
-    runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store)
+    tracer = otlp_tracer(otlp_endpoint)
+    runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store,
+                        metrics=MoLMetrics(PrometheusExporter()), tracer=tracer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -32,5 +38,9 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
         await runner.drain()
         await engine.aclose()
         await store.close()
+        if isinstance(tracer, OTelTracer):
+            tracer.shutdown()  # flushes the last spans
 
-    return build_api(Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), api_keys=api_keys), lifespan)
+    surfaces = Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), api_keys=api_keys,
+                        debug_headers=debug_headers)
+    return build_api(surfaces, lifespan, metrics_endpoint=True)

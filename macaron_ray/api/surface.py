@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
 
-from macaron_ray.api.errors import APIError, engine_unavailable, internal_error
+from macaron_ray.api.errors import APIError, engine_unavailable, internal_error, store_unavailable
+from macaron_ray.api.timing import SPECIALIST_HEADER, server_timing, sse_comment
 from macaron_ray.core.conversation import HistoryError
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
-from macaron_ray.store.base import ConversationStore, tenant_id
+from macaron_ray.observability.metrics import MoLMetrics
+from macaron_ray.store.base import ConversationStore, StoreError, tenant_id
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +45,45 @@ class Surfaces:
     api_keys: frozenset[str] | None = None
     """When set, requests must present one of these keys; when None, any key (or none) is a tenant."""
     body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES
+    debug_headers: bool = False
+    """Send the specialist label of each turn (`x-macaron-specialist`); off by default."""
 
     @property
     def store(self) -> ConversationStore:
         """Conversation state, responses included (the runner's store)."""
         return self.runner.store
+
+    @property
+    def metrics(self) -> MoLMetrics:
+        return self.runner.metrics
+
+    def turn_headers(self, event: TurnEvent | None, *, whole: bool) -> dict[str, str]:
+        """Server-Timing (and, with debug headers on, the specialist) of a turn's response."""
+        headers = {}
+        if event is not None:
+            headers["Server-Timing"] = server_timing(event.timing, whole=whole)
+            if self.debug_headers and event.label:
+                headers[SPECIALIST_HEADER] = event.label
+        return headers
+
+    def json(self, body: dict, final: TurnEvent) -> JSONResponse:
+        """A whole turn's response, with its timing."""
+        return JSONResponse(body, headers=self.turn_headers(final, whole=True))
+
+    def stream(self, req: TurnRequest, first: TurnEvent | None, frames: AsyncIterator[str]) -> StreamingResponse:
+        """A turn's SSE response: route timing in the header, the whole turn's timing in a closing
+        comment, and the stream counted in flight while it is open."""
+        async def counted() -> AsyncIterator[str]:
+            self.metrics.streams_in_flight.add(1, surface=req.surface)
+            try:
+                async for frame in frames:
+                    yield frame
+                yield sse_comment(first.timing if first is not None else None)
+            finally:
+                self.metrics.streams_in_flight.add(-1, surface=req.surface)
+
+        return StreamingResponse(counted(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", **self.turn_headers(first, whole=False)})
 
     @property
     def public_model(self) -> str:
@@ -86,6 +123,9 @@ def to_api_error(exc: BaseException, *, param: str = "messages") -> APIError:
     if isinstance(exc, EngineError):
         logger.warning("engine error: %s", exc)
         return engine_unavailable() if exc.retryable else internal_error()
+    if isinstance(exc, StoreError):
+        logger.warning("%s", exc)
+        return store_unavailable()
     logger.exception("unexpected error in a turn", exc_info=exc)
     return internal_error()
 

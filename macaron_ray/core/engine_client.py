@@ -3,7 +3,8 @@
 Implementations: `macaron_ray.engine.openai_http.OpenAIHTTPEngine` (a vLLM
 OpenAI-compatible server) and `macaron_ray.testing.fake_engine.FakeEngine`
 (deterministic, for tests). The Ray Serve handle implementation lives with the
-topology. Engine errors surface as `EngineError`; the core never retries an
+topology. Engine errors surface as `EngineError` (`EngineUnavailable` and
+`EngineTimeout` say why, for the rollback metrics); the core never retries an
 answer hop itself.
 """
 
@@ -51,14 +52,24 @@ class EngineDelta:
     stop_sequence: str | None = None
     """The stop string that ended the output, if one did."""
     usage: Usage | None = None
+    request_id: str | None = None
+    """The engine's id of the request (final delta only): for traces and logs, never for clients."""
 
 
 class EngineError(RuntimeError):
-    """The engine failed or is unreachable. `retryable`: the same request may succeed later."""
+    """The engine failed. `retryable`: the same request may succeed later."""
 
     def __init__(self, message: str, *, retryable: bool = True):
         super().__init__(message)
         self.retryable = retryable
+
+
+class EngineUnavailable(EngineError):
+    """No engine can take the request now (no running replica, connection refused, 503)."""
+
+
+class EngineTimeout(EngineError):
+    """The engine did not answer within its deadline."""
 
 
 class EngineClient(Protocol):

@@ -27,10 +27,15 @@ from macaron_ray.core import route_hop, summary_hop
 from macaron_ray.core.conversation import (
     History, HistoryError, Message, ToolCall, Turn, TurnMeta, pending_tool_results, split_turns,
 )
-from macaron_ray.core.engine_client import EngineClient, EngineDelta, EngineRequest, Usage
+from macaron_ray.core.engine_client import (
+    EngineClient, EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
+)
 from macaron_ray.core.own_view import own_view
 from macaron_ray.core.registry import SpecialistRegistry
-from macaron_ray.store.base import ConversationStore
+from macaron_ray.observability.metrics import MoLMetrics
+from macaron_ray.observability.tracing import NO_TRACING, Span, Tracer
+from macaron_ray.store.base import ConversationStore, StoreError
+from macaron_ray.store.metered import MeteredStore
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +58,22 @@ class TurnRequest:
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     sampling: Sampling = field(default_factory=Sampling)
+    surface: str = "chat"
+    """The API surface the turn came through (a metrics label): chat, responses or messages."""
 
 
 @dataclass
 class HopTiming:
+    """One turn's hop times in seconds, filled as the turn runs (events share this object)."""
+
     route_s: float | None = None
     """None when the turn skipped routing (tool results)."""
+    summary_wait_s: float = 0.0
+    """Time spent waiting for (or re-deriving) earlier turns' summaries before the answer."""
     answer_ttft_s: float | None = None
     answer_s: float | None = None
+    turn_s: float | None = None
+    """The whole turn, from the runner's start to the final event."""
     summary_s: float | None = None
     """Filled when the summary hop finishes (after delivery); see `TurnRunner.wait_summary`."""
 
@@ -77,36 +90,45 @@ class TurnEvent:
     stop_sequence: str | None = None
     usage: Usage | None = None
     timing: HopTiming | None = None
+    """The turn's timing so far (the same object on every event: the route is known from the first)."""
     turn_key: str = ""
     """Private cache key of the turn (for `wait_summary`); never sent to a client."""
 
 
-@dataclass
-class RunnerStats:
-    turns_committed: int = 0
-    turns_rolled_back: int = 0
-    routing_errors: int = 0
-    """Route outputs that were not a canonical label (fell back to L0)."""
-    summaries_failed: int = 0
-    cache_misses: int = 0
-    """Past turns whose metadata was missing and had to be re-derived."""
+def rollback_cause(exc: BaseException) -> str:
+    """Why a turn was rolled back, as the `cause` label of the rollback counter."""
+    if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+        return "client_disconnect"  # the consumer closed the stream or its task was cancelled
+    if isinstance(exc, (EngineTimeout, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, EngineUnavailable):
+        return "unavailable"
+    if isinstance(exc, EngineError):
+        return "engine_error"
+    if isinstance(exc, StoreError):
+        return "store_error"
+    return "internal"
 
 
 class TurnRunner:
     """Owns the hops and the pending summary tasks of one process (one ingress replica)."""
 
     def __init__(self, registry: SpecialistRegistry, engine: EngineClient, store: ConversationStore, *,
-                 router: EngineClient | None = None, summary_attempts: int = 3,
+                 router: EngineClient | None = None, metrics: MoLMetrics | None = None,
+                 tracer: Tracer = NO_TRACING, summary_attempts: int = 3,
                  summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0):
-        """`engine` serves the answer hops; `router` (default: `engine`) the route and summary hops."""
+        """`engine` serves the answer hops; `router` (default: `engine`) the route and summary hops.
+        `metrics` default: a Prometheus registry of the runner's own. `store` is wrapped so that its
+        failures are counted and raised as `StoreError`."""
         self.registry = registry
         self.engine = engine
         self.router = router or engine
-        self.store = store
+        self.metrics = metrics if metrics is not None else MoLMetrics()
+        self.tracer = tracer
+        self.store = MeteredStore(store, self.metrics)
         self.summary_attempts = summary_attempts
         self.summary_retry_delay_s = summary_retry_delay_s
         self.summary_wait_s = summary_wait_s
-        self.stats = RunnerStats()
         # (tenant, key) -> the summary task of a delivered turn. Tasks are held here so
         # they are not garbage-collected, and so the next turn can await them.
         self._pending: dict[tuple[str, str], asyncio.Task] = {}
@@ -126,100 +148,164 @@ class TurnRunner:
             for r in results:
                 if r.tool_call_id not in known:
                     raise HistoryError(f"tool result for unknown tool_call_id {r.tool_call_id!r}")
+        m, surface = self.metrics, req.surface
         timing = HopTiming()
-        past = await self._past_metas(req.tenant, history)
-
-        if continuation is not None:
-            # Tool-result stickiness: back to the specialist that made the call, no route hop.
-            meta = await self.store.get_turn(req.tenant, current.key)
-            label = meta.label if meta else await self._rederive_label(req.tenant, current)
-        else:
-            started = time.perf_counter()
-            label = await self.route(current.user.content or "")
-            timing.route_s = time.perf_counter() - started
-
-        past = await self._with_summaries(req.tenant, past, label)
-        view = own_view(label, history.instructions, past, current)
-        answer = EngineRequest(
-            adapter=self.registry.adapter(label), messages=view, tools=req.tools, tool_choice=req.tool_choice,
-            max_tokens=req.sampling.max_tokens, temperature=req.sampling.temperature,
-            top_p=req.sampling.top_p, stop=req.sampling.stop, seed=req.sampling.seed)
-
+        turn_started = time.perf_counter()
+        span = self.tracer.start("turn", surface=surface, tool_result=continuation is not None)
+        m.turns_in_flight.add(1, surface=surface)
         delivered = False
-        text: list[str] = []
         try:
+            past = await self._past_metas(req.tenant, history)
+            if continuation is not None:
+                # Tool-result stickiness: back to the specialist that made the call, no route hop.
+                meta = await self.store.get_turn(req.tenant, current.key)
+                label = meta.label if meta else await self._rederive_label(req.tenant, current)
+                m.stickiness_hits.inc(specialist=label)
+            else:
+                started = time.perf_counter()
+                label = await self.route(current.user.content or "", parent=span)
+                timing.route_s = time.perf_counter() - started
+                m.route_hop.observe(timing.route_s, specialist=label, surface=surface)
+                m.route_decisions.inc(specialist=label)
+            span.set("specialist", label)
+
+            started = time.perf_counter()
+            past = await self._with_summaries(req.tenant, past, label, surface)
+            timing.summary_wait_s = time.perf_counter() - started
+            m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
+
+            view = own_view(label, history.instructions, past, current)
+            answer = EngineRequest(
+                adapter=self.registry.adapter(label), messages=view, tools=req.tools, tool_choice=req.tool_choice,
+                max_tokens=req.sampling.max_tokens, temperature=req.sampling.temperature,
+                top_p=req.sampling.top_p, stop=req.sampling.stop, seed=req.sampling.seed)
+            text: list[str] = []
+            hop = self.tracer.start("answer", span, specialist=label)
             started = time.perf_counter()
             final: EngineDelta | None = None
-            async for delta in self.engine.stream(answer):
-                if timing.answer_ttft_s is None:
-                    timing.answer_ttft_s = time.perf_counter() - started
-                if delta.text:
-                    text.append(delta.text)
-                    yield TurnEvent(text=delta.text, label=label)
-                if delta.finish_reason is not None:
-                    final = delta
-            if final is None:
-                raise RuntimeError("engine stream ended without a final delta")
+            try:
+                async for delta in self.engine.stream(answer):
+                    if timing.answer_ttft_s is None:
+                        timing.answer_ttft_s = time.perf_counter() - started
+                    if delta.text:
+                        text.append(delta.text)
+                        yield TurnEvent(text=delta.text, label=label, timing=timing)
+                    if delta.finish_reason is not None:
+                        final = delta
+                if final is None:
+                    raise EngineError("engine stream ended without a final delta", retryable=False)
+            except BaseException as exc:
+                hop.error(exc)
+                raise
+            finally:
+                hop.end()
             timing.answer_s = time.perf_counter() - started
+            hop.set("engine.request_id", final.request_id)
+            m.answer_ttft.observe(timing.answer_ttft_s, specialist=label, surface=surface)
+            m.answer.observe(timing.answer_s, specialist=label, surface=surface)
+            m.tokens("answer", label, final.usage)
+            timing.turn_s = time.perf_counter() - turn_started
             yield TurnEvent(final=True, label=label, tool_calls=final.tool_calls,
                             finish_reason=final.finish_reason, stop_sequence=final.stop_sequence,
-                            usage=final.usage, timing=timing,
-                            turn_key=current.key)
+                            usage=final.usage, timing=timing, turn_key=current.key)
             delivered = True
-        finally:
+            m.turn.observe(timing.turn_s, specialist=label, surface=surface)
+            if continuation is None:
+                await self._commit(req.tenant, current, label, "".join(text), final.tool_calls, timing, surface,
+                                   span)
+        except BaseException as exc:
             if not delivered:
-                self.stats.turns_rolled_back += 1
-        if continuation is None:
-            await self._commit(req.tenant, current, label, "".join(text), final.tool_calls, timing)
+                m.rollbacks.inc(cause=rollback_cause(exc), surface=surface)
+            span.error(exc)
+            raise
+        finally:
+            m.turns_in_flight.add(-1, surface=surface)
+            span.end()
 
-    async def _commit(self, tenant: str, turn: Turn, label: str, text: str,
-                      tool_calls: tuple[ToolCall, ...], timing: HopTiming) -> None:
-        if not await self.store.put_turn(tenant, turn.key, TurnMeta(label=label)):
+    async def _commit(self, tenant: str, turn: Turn, label: str, text: str, tool_calls: tuple[ToolCall, ...],
+                      timing: HopTiming, surface: str, span: Span) -> None:
+        store = self.tracer.start("store", span, operation="put_turn")
+        try:
+            written = await self.store.put_turn(tenant, turn.key, TurnMeta(label=label))
+        finally:
+            store.end()
+        if not written:
             return  # already committed (a retry of a delivered turn, or another replica)
-        self.stats.turns_committed += 1
+        self.metrics.turns_committed.inc(specialist=label, surface=surface)
         digest = summary_hop.answer_digest(
             text, [(c.function.name, _json_or_text(c.function.arguments)) for c in tool_calls])
-        task = asyncio.create_task(self._summarize(tenant, turn.key, turn.user.content or "", digest, timing))
+        task = asyncio.create_task(self._summarize(tenant, turn.key, turn.user.content or "", digest, label,
+                                                   surface, timing, span))
         self._pending[(tenant, turn.key)] = task
         task.add_done_callback(lambda _: self._pending.pop((tenant, turn.key), None))
 
     # -- hops -------------------------------------------------------------------------------
 
-    async def route(self, user_text: str) -> str:
-        """The route hop. A non-canonical output is a routing error and falls back to L0."""
-        labels = self.registry.labels
-        req = route_hop.route_request(self.registry.adapter(self.registry.entry_label), user_text, labels)
-        output = "".join([d.text async for d in self.router.stream(req)])
-        label = route_hop.parse_label(output, labels)
-        if label is None:
-            self.stats.routing_errors += 1
-            logger.warning("routing error: non-canonical route output (%d chars); falling back", len(output))
-            return self.registry.entry_label
-        return label
+    async def _call_router(self, req: EngineRequest) -> tuple[str, EngineDelta | None]:
+        """One route or summary request: its whole text and its final delta."""
+        parts, final = [], None
+        async for delta in self.router.stream(req):
+            parts.append(delta.text)
+            if delta.finish_reason is not None:
+                final = delta
+        return "".join(parts), final
 
-    async def summarize(self, user_text: str, digest: str) -> str:
-        req = EngineRequest(adapter=self.registry.adapter(self.registry.entry_label),
+    async def route(self, user_text: str, parent: Span | None = None) -> str:
+        """The route hop. A non-canonical output is a routing error and falls back to L0."""
+        labels, entry = self.registry.labels, self.registry.entry_label
+        span = self.tracer.start("route", parent)
+        try:
+            output, final = await self._call_router(
+                route_hop.route_request(self.registry.adapter(entry), user_text, labels))
+            self.metrics.tokens("route", entry, final.usage if final else None)
+            label = route_hop.parse_label(output, labels)
+            if label is None:
+                self.metrics.router_noncanonical.inc()
+                logger.warning("routing error: non-canonical route output (%d chars); falling back", len(output))
+                label = entry
+            span.set("specialist", label)
+            span.set("engine.request_id", final.request_id if final else None)
+            return label
+        except BaseException as exc:
+            span.error(exc)
+            raise
+        finally:
+            span.end()
+
+    async def summarize(self, user_text: str, digest: str, parent: Span | None = None) -> str:
+        entry = self.registry.entry_label
+        req = EngineRequest(adapter=self.registry.adapter(entry),
                             messages=summary_hop.summary_messages(user_text, digest),
                             max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0)
-        text = "".join([d.text async for d in self.router.stream(req)]).strip()
-        return text or f"The user asked: {user_text}"
+        span = self.tracer.start("summary", parent)
+        try:
+            text, final = await self._call_router(req)
+            span.set("engine.request_id", final.request_id if final else None)
+        except BaseException as exc:
+            span.error(exc)
+            raise
+        finally:
+            span.end()
+        self.metrics.tokens("summary", entry, final.usage if final else None)
+        return text.strip() or f"The user asked: {user_text}"
 
-    async def _summarize(self, tenant: str, key: str, user_text: str, digest: str,
-                         timing: HopTiming | None = None) -> str | None:
+    async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
+                         timing: HopTiming | None = None, parent: Span | None = None) -> str | None:
         for attempt in range(1, self.summary_attempts + 1):
             started = time.perf_counter()
             try:
-                summary = await self.summarize(user_text, digest)
+                summary = await self.summarize(user_text, digest, parent)
+                elapsed = time.perf_counter() - started
+                await self.store.set_summary(tenant, key, summary, elapsed)
             except Exception as exc:  # noqa: BLE001 - any failure is retried, then left pending
                 logger.warning("summary attempt %d failed: %s", attempt, type(exc).__name__)
                 await asyncio.sleep(self.summary_retry_delay_s * attempt)
                 continue
-            elapsed = time.perf_counter() - started
             if timing is not None:
                 timing.summary_s = elapsed
-            await self.store.set_summary(tenant, key, summary, elapsed)
+            self.metrics.summary_hop.observe(elapsed, specialist=label, surface=surface)
             return summary
-        self.stats.summaries_failed += 1
+        self.metrics.summary_failures.inc()
         return None
 
     # -- past turns -------------------------------------------------------------------------
@@ -230,7 +316,7 @@ class TurnRunner:
         out = []
         for turn, meta in zip(past, metas):
             if meta is None:
-                self.stats.cache_misses += 1
+                self.metrics.ownview_cache_misses.inc()
                 meta = TurnMeta(label=await self._rederive_label(tenant, turn))
             out.append((turn, meta))
         return out
@@ -240,17 +326,17 @@ class TurnRunner:
         await self.store.put_turn(tenant, turn.key, TurnMeta(label=label))
         return label
 
-    async def _with_summaries(self, tenant: str, past: list[tuple[Turn, TurnMeta]],
-                              label: str) -> list[tuple[Turn, TurnMeta]]:
+    async def _with_summaries(self, tenant: str, past: list[tuple[Turn, TurnMeta]], label: str,
+                              surface: str) -> list[tuple[Turn, TurnMeta]]:
         """Every other specialist's turn with its summary: awaited if pending, else re-derived."""
         out = []
         for turn, meta in past:
             if meta.label != label and meta.summary is None:
-                meta = await self._summary_for(tenant, turn, meta)
+                meta = await self._summary_for(tenant, turn, meta, surface)
             out.append((turn, meta))
         return out
 
-    async def _summary_for(self, tenant: str, turn: Turn, meta: TurnMeta) -> TurnMeta:
+    async def _summary_for(self, tenant: str, turn: Turn, meta: TurnMeta, surface: str) -> TurnMeta:
         task = self._pending.get((tenant, turn.key))
         if task is not None:
             try:
@@ -264,7 +350,7 @@ class TurnRunner:
         calls = [(c.function.name, _json_or_text(c.function.arguments)) for c in (answer.tool_calls or ())] \
             if answer else []
         digest = summary_hop.answer_digest(answer.content if answer else "", calls)
-        summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest)
+        summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface)
         if summary is None:
             summary = f"The user asked: {turn.user.content}"  # last resort: never block the turn
         return TurnMeta(label=meta.label, summary=summary)

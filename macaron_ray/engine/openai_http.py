@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator
 import httpx
 
 from macaron_ray.core.conversation import FunctionCall, ToolCall
-from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest, Usage
+from macaron_ray.core.engine_client import (
+    EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
+)
 
 
 def request_body(req: EngineRequest) -> dict:
@@ -37,6 +39,7 @@ class StreamAccumulator:
         self._finish: str | None = None
         self._usage: Usage | None = None
         self._stop_sequence: str | None = None
+        self._request_id: str | None = None
 
     def feed(self, chunk: dict) -> EngineDelta | None:
         """Absorb one chunk; return a text delta if it carried text. An error chunk (vLLM streams
@@ -46,6 +49,7 @@ class StreamAccumulator:
             code = error.get("code") if isinstance(error, dict) else None
             code = code if isinstance(code, int) else 500
             raise EngineError(f"engine failed mid-stream ({code})", retryable=code >= 500 or code == 429)
+        self._request_id = chunk.get("id") or self._request_id
         if chunk.get("usage"):
             u = chunk["usage"]
             cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
@@ -71,7 +75,8 @@ class StreamAccumulator:
             for i, c in sorted(self._calls.items()))
         finish = self._finish or "stop"
         return EngineDelta(tool_calls=tool_calls, finish_reason=finish, usage=self._usage or Usage(),
-                           stop_sequence=self._stop_sequence if finish == "stop" else None)
+                           stop_sequence=self._stop_sequence if finish == "stop" else None,
+                           request_id=self._request_id)
 
 
 class OpenAIHTTPEngine:
@@ -91,8 +96,9 @@ class OpenAIHTTPEngine:
             async with self._client.stream("POST", "/v1/chat/completions", json=request_body(request)) as resp:
                 if resp.status_code != 200:
                     detail = (await resp.aread()).decode(errors="replace")[:500]
-                    raise EngineError(f"engine answered {resp.status_code}: {detail}",
-                                      retryable=resp.status_code >= 500 or resp.status_code == 429)
+                    error = EngineUnavailable if resp.status_code == 503 else EngineError
+                    raise error(f"engine answered {resp.status_code}: {detail}",
+                                retryable=resp.status_code >= 500 or resp.status_code == 429)
                 async for line in resp.aiter_lines():
                     if not line.startswith("data: "):
                         continue
@@ -102,6 +108,10 @@ class OpenAIHTTPEngine:
                     delta = acc.feed(json.loads(data))
                     if delta is not None:
                         yield delta
+        except httpx.TimeoutException as exc:
+            raise EngineTimeout(f"engine timed out: {type(exc).__name__}") from exc
+        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            raise EngineUnavailable(f"engine unreachable: {type(exc).__name__}") from exc
         except httpx.HTTPError as exc:
-            raise EngineError(f"engine unreachable: {type(exc).__name__}") from exc
+            raise EngineError(f"engine request failed: {type(exc).__name__}") from exc
         yield acc.final()

@@ -8,6 +8,9 @@
 
 Serve restarts dead replicas; while one of these deployments has no running
 replica the ingress answers 503 with Retry-After in the surface's envelope.
+The ingress records its metrics through `ray.serve.metrics` (Ray's agent exports
+them on each node's metrics port); every engine exports vLLM's own metrics
+(`log_engine_metrics`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class MoLIngress:
         from macaron_ray.api.surface import Surfaces
         from macaron_ray.api.tokens import TemplateTokenCounter
         from macaron_ray.core.turn_runner import TurnRunner
+        from macaron_ray.observability.metrics import MoLMetrics, RayExporter
+        from macaron_ray.observability.tracing import otlp_tracer
         from macaron_ray.serve.handle_engine import ReplicaWatch, ServeHandleEngine
 
         self.args = AppArgs.model_validate(args)
@@ -40,12 +45,13 @@ class MoLIngress:
         prefill = (self.args.deployment_name("prefill"),) if self.args.disaggregated else ()
         self.runner = TurnRunner(self.args.registry(),
                                  ServeHandleEngine(answer, watch=self.watch, also_needs=prefill), self.store,
-                                 router=ServeHandleEngine(router, watch=self.watch))
+                                 router=ServeHandleEngine(router, watch=self.watch),
+                                 metrics=MoLMetrics(RayExporter()), tracer=otlp_tracer(self.args.ingress.otlp_endpoint))
         keys = None
         if self.args.ingress.api_keys_env:
             keys = frozenset(k for k in os.environ.get(self.args.ingress.api_keys_env, "").split(",") if k)
         self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
-                                 api_keys=keys)
+                                 api_keys=keys, debug_headers=self.args.ingress.debug_headers)
 
     async def __serve_build_asgi_app__(self):
         from macaron_ray.api.app import build_api

@@ -89,6 +89,12 @@ class IngressArgs(_Strict):
     num_cpus: float = Field(0.5, ge=0)
     api_keys_env: str | None = None
     """Name of an env var holding comma-separated API keys; unset: no auth."""
+    debug_headers: bool = False
+    """Send each turn's specialist label to clients (`x-macaron-specialist`). Off in production:
+    the label is an internal routing decision."""
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces): one trace per turn, a span
+    per hop. Unset: no tracing, and no tracing cost."""
 
 
 class CapacityArgs(_Strict):

@@ -7,7 +7,7 @@ same OpenAI chat body the HTTP client sends, as Ray Serve LLM's
 clients share `StreamAccumulator`.
 
 `ReplicaWatch` follows Serve's view of each deployment: while a deployment has
-no running replica, `stream` fails at once with a retryable EngineError (the
+no running replica, `stream` fails at once with a retryable EngineUnavailable (the
 API answers 503 with Retry-After) instead of queueing behind a restart.
 """
 
@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest
+from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest, EngineUnavailable
 from macaron_ray.engine.openai_http import StreamAccumulator, request_body
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class ServeHandleEngine:
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
         if self._watch is not None and (missing := await self._watch.first_unavailable(self._needs)):
-            raise EngineError(f"{missing} has no running replica")
+            raise EngineUnavailable(f"{missing} has no running replica")
         body = ChatCompletionRequest(**request_body(request))
         acc = StreamAccumulator()
         try:
@@ -136,5 +136,5 @@ class ServeHandleEngine:
                     if delta is not None:
                         yield delta
         except (RayActorError, DeploymentUnavailableError, BackPressureError) as exc:
-            raise EngineError(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
+            raise EngineUnavailable(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
         yield acc.final()

@@ -19,6 +19,10 @@ from typing import Protocol
 from macaron_ray.core.conversation import TurnMeta
 
 
+class StoreError(RuntimeError):
+    """A store operation failed (the backend is down, locked, or answered an error); retryable."""
+
+
 def tenant_id(api_key: str | None) -> str:
     """A stable, non-reversible tenant id for an API key (raw keys are never stored)."""
     return hashlib.sha256(b"tenant\0" + (api_key or "").encode()).hexdigest()[:32]

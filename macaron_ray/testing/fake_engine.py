@@ -40,6 +40,8 @@ class Failure:
     after_chunks: int = 0
     """Raise after this many chunks were yielded (0: before the first)."""
     times: int = 1
+    error: type[EngineError] = EngineError
+    """What to raise: EngineError, or a subclass saying why (EngineUnavailable, EngineTimeout)."""
 
 
 class WhitespaceTokenCounter:
@@ -59,8 +61,9 @@ class FakeEngine:
     failures: list[Failure] = field(default_factory=list)
     _seen: dict[str, list[list[str]]] = field(default_factory=dict)
 
-    def fail(self, when: Callable[[EngineRequest], bool], *, after_chunks: int = 0, times: int = 1) -> None:
-        self.failures.append(Failure(when, after_chunks, times))
+    def fail(self, when: Callable[[EngineRequest], bool], *, after_chunks: int = 0, times: int = 1,
+             error: type[EngineError] = EngineError) -> None:
+        self.failures.append(Failure(when, after_chunks, times, error))
 
     @staticmethod
     def kind(req: EngineRequest) -> str:
@@ -125,18 +128,18 @@ class FakeEngine:
         usage = self._usage(request, chunks)
         for i, chunk in enumerate(chunks):
             if failure is not None and i == failure.after_chunks:
-                raise EngineError("fake engine failure")
+                raise failure.error("fake engine failure")
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield EngineDelta(text=chunk)
         if failure is not None:
-            raise EngineError("fake engine failure")
+            raise failure.error("fake engine failure")
         finish = "tool_calls" if calls else (
             "length" if request.max_tokens is not None and len(chunks) >= request.max_tokens else "stop")
         user = next((m.get("content") or "" for m in reversed(request.messages) if m["role"] == "user"), "")
         matched = next((s for s in request.stop or () if s in user), None) if self.kind(request) == "answer" else None
         yield EngineDelta(tool_calls=calls, finish_reason=finish, usage=usage,
-                          stop_sequence=matched if finish == "stop" else None)
+                          stop_sequence=matched if finish == "stop" else None, request_id=f"fake-{id(request):x}")
 
     def of_kind(self, kind: str) -> list[EngineRequest]:
         return [r for r in self.requests if self.kind(r) == kind]

@@ -16,6 +16,7 @@ from macaron_ray.api.surface import Surfaces, TokenCounter
 from macaron_ray.core.engine_client import EngineClient
 from macaron_ray.core.registry import Specialist, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnRunner
+from macaron_ray.observability.tracing import NO_TRACING, Tracer
 from macaron_ray.store.sqlite import SQLiteStore
 
 PUBLIC_MODEL = "Macaron-V1-Venti"
@@ -42,17 +43,19 @@ class RunningAPI:
 
 
 def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, api_keys: frozenset[str] | None = None,
-              body_limit_bytes: int | None = None, registry: SpecialistRegistry | None = None) -> RunningAPI:
+              body_limit_bytes: int | None = None, registry: SpecialistRegistry | None = None,
+              debug_headers: bool = False, tracer: Tracer = NO_TRACING) -> RunningAPI:
+    """The API over `engine`, with its metrics (a Prometheus registry of its own) at /metrics."""
     store = SQLiteStore(db)
-    runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0)
-    surfaces = Surfaces(runner=runner, tokens=tokens, api_keys=api_keys)
+    runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0, tracer=tracer)
+    surfaces = Surfaces(runner=runner, tokens=tokens, api_keys=api_keys, debug_headers=debug_headers)
     if body_limit_bytes is not None:
         surfaces.body_limit_bytes = body_limit_bytes
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_api(surfaces), host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(build_api(surfaces, metrics_endpoint=True), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -11,6 +11,9 @@ from macaron_ray.core.conversation import FunctionCall, HistoryError, Message, T
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.registry import Specialist, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
+from macaron_ray.observability.metrics import (
+    OWNVIEW_CACHE_MISSES, ROLLBACKS, ROUTER_NONCANONICAL, SUMMARY_FAILURES, TURNS_COMMITTED, MetricSpec,
+)
 from macaron_ray.store.base import tenant_id
 from macaron_ray.store.sqlite import SQLiteStore
 from macaron_ray.testing.fake_engine import FakeEngine
@@ -31,6 +34,10 @@ def setup(tmp_path):
     store = SQLiteStore(tmp_path / "state.db")
     runner = TurnRunner(registry(), engine, store, summary_retry_delay_s=0.0)
     return runner, engine, store
+
+
+def count(runner: TurnRunner, spec: MetricSpec, **labels: str) -> float:
+    return runner.metrics.exporter.value(spec, **labels)
 
 
 def user(text: str) -> Message:
@@ -79,7 +86,7 @@ def test_non_canonical_route_output_is_counted_and_falls_back_to_l0(setup):
     async def scenario():
         text, final = await run_turn(runner, [user("write python code")])
         assert final.label == "L0" and text.startswith("[adapter-0]")
-        assert runner.stats.routing_errors == 1
+        assert count(runner, ROUTER_NONCANONICAL) == 1
     asyncio.run(scenario())
 
 
@@ -153,12 +160,13 @@ def test_engine_error_rolls_back_and_the_same_turn_can_be_retried(setup):
         with pytest.raises(EngineError):
             await run_turn(runner, h)
         assert await store.get_turn(TENANT, key) is None
-        assert runner.stats.turns_rolled_back == 1 and runner.stats.turns_committed == 0
+        assert count(runner, ROLLBACKS, cause="engine_error", surface="chat") == 1
+        assert count(runner, TURNS_COMMITTED, specialist="L2", surface="chat") == 0
         assert engine.of_kind("summary") == []
         _, final = await run_turn(runner, h)
         assert final.label == "L2"
         assert (await runner.wait_summary(TENANT, key)).summary == "Summary: write python code"
-        assert runner.stats.turns_committed == 1
+        assert count(runner, TURNS_COMMITTED, specialist="L2", surface="chat") == 1
     asyncio.run(scenario())
 
 
@@ -179,7 +187,7 @@ def test_disconnect_before_delivery_rolls_back(setup):
                 break
         await gen.aclose()
         assert await store.get_turn(TENANT, key) is None
-        assert runner.stats.turns_rolled_back == 2
+        assert count(runner, ROLLBACKS, cause="client_disconnect", surface="chat") == 2
         await run_turn(runner, h)
         assert (await store.get_turn(TENANT, key)).label == "L3"
     asyncio.run(scenario())
@@ -193,7 +201,7 @@ def test_a_delivered_turn_is_committed_exactly_once(setup):
         await run_turn(runner, h)
         await run_turn(runner, h)
         await runner.drain()
-        assert runner.stats.turns_committed == 1
+        assert count(runner, TURNS_COMMITTED, specialist="L1", surface="chat") == 1
         assert len(engine.of_kind("summary")) == 1
     asyncio.run(scenario())
 
@@ -223,7 +231,7 @@ def test_failed_summary_is_retried_and_never_undelivers(setup):
         _, final = await run_turn(runner, [user("remind me to call mom")])
         meta = await runner.wait_summary(TENANT, final.turn_key)
         assert meta.label == "L1" and meta.summary == "Summary: remind me to call mom"
-        assert len(engine.of_kind("summary")) == 3 and runner.stats.summaries_failed == 0
+        assert len(engine.of_kind("summary")) == 3 and count(runner, SUMMARY_FAILURES) == 0
     asyncio.run(scenario())
 
 
@@ -235,7 +243,7 @@ def test_cache_miss_is_rederived_not_an_error(setup, tmp_path):
     async def scenario():
         text, final = await run_turn(runner, h)  # nothing of the first two turns is cached
         assert final.label == "L2"
-        assert runner.stats.cache_misses == 2
+        assert count(runner, OWNVIEW_CACHE_MISSES) == 2
         view = engine.of_kind("answer")[-1].messages
         assert view[:4] == [{"role": "user", "content": "write python code"},
                             {"role": "assistant", "content": "print(1)"},
@@ -244,7 +252,7 @@ def test_cache_miss_is_rederived_not_an_error(setup, tmp_path):
         # Another replica with the same store sees the same views without re-deriving.
         other = TurnRunner(registry(), FakeEngine(), SQLiteStore(tmp_path / "state.db"))
         await run_turn(other, h)
-        assert other.stats.cache_misses == 0
+        assert count(other, OWNVIEW_CACHE_MISSES) == 0
         assert other.engine.of_kind("answer")[-1].messages == view
     asyncio.run(scenario())
 
@@ -256,7 +264,7 @@ def test_tenants_do_not_share_turns(setup):
     async def scenario():
         await run_turn(runner, h, tenant=tenant_id("a"))
         await run_turn(runner, h, tenant=tenant_id("b"))
-        assert runner.stats.cache_misses == 2
+        assert count(runner, OWNVIEW_CACHE_MISSES) == 2
     asyncio.run(scenario())
 
 
