@@ -154,6 +154,25 @@ def _serve_standalone(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dashboards_generate(args: argparse.Namespace) -> int:
+    from macaron_ray.observability.dashboards import write_all
+
+    for path in write_all(args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+def _dashboards_push(args: argparse.Namespace) -> int:
+    import os
+
+    from macaron_ray.observability.dashboards import push
+
+    token = os.environ.get(args.token_env) if args.token_env else None
+    for url in push(args.url, token, folder=args.folder):
+        print(url)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="macaron", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +221,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregated-cores", default="0-1",
                    help="cores of the aggregated answer engine (PD's prefill and decode have one each)")
     p.set_defaults(func=_bench_pd)
+
+    dashboards = sub.add_parser("dashboards", help="the Grafana dashboards (generated from code)").add_subparsers(
+        dest="action", required=True)
+    p = dashboards.add_parser("generate", help="write dashboards/*.json from macaron_ray.observability.dashboards")
+    p.add_argument("--out", type=Path, default=PACKAGE_ROOT / "dashboards")
+    p.set_defaults(func=_dashboards_generate)
+    p = dashboards.add_parser("push", help="upload the dashboards to a Grafana (grafana-client)")
+    p.add_argument("--url", required=True, help="Grafana's URL, e.g. http://admin:admin@127.0.0.1:3000")
+    p.add_argument("--token-env", default="GRAFANA_TOKEN",
+                   help="env var holding a service-account token (default %(default)s; unset: the URL's credentials)")
+    p.add_argument("--folder", help="Grafana folder to put them in (created if missing)")
+    p.set_defaults(func=_dashboards_push)
 
     p = sub.add_parser("serve", help="serve a profile on a local Ray cluster (default: the embedded local-cpu)")
     p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml",

@@ -187,6 +187,7 @@ class TurnRunner:
                 async for delta in self.engine.stream(answer):
                     if timing.answer_ttft_s is None:
                         timing.answer_ttft_s = time.perf_counter() - started
+                        m.answer_ttft.observe(timing.answer_ttft_s, specialist=label, surface=surface)
                     if delta.text:
                         text.append(delta.text)
                         yield TurnEvent(text=delta.text, label=label, timing=timing)
@@ -194,14 +195,13 @@ class TurnRunner:
                         final = delta
                 if final is None:
                     raise EngineError("engine stream ended without a final delta", retryable=False)
+                hop.set("engine.request_id", final.request_id)
             except BaseException as exc:
                 hop.error(exc)
                 raise
             finally:
                 hop.end()
             timing.answer_s = time.perf_counter() - started
-            hop.set("engine.request_id", final.request_id)
-            m.answer_ttft.observe(timing.answer_ttft_s, specialist=label, surface=surface)
             m.answer.observe(timing.answer_s, specialist=label, surface=surface)
             m.tokens("answer", label, final.usage)
             timing.turn_s = time.perf_counter() - turn_started

@@ -40,6 +40,12 @@ def test_macaron_serve_answers_then_stops_cleanly(tmp_path):
         assert out.returncode == 0, out.stderr
         assert '"model":"Macaron-V1-Venti"' in out.stdout.replace(" ", ""), out.stdout
         assert '"content":' in out.stdout
+        # The printed metrics URL (Ray's export port) shows that turn within a few export intervals.
+        metrics_url = re.search(r"metrics \(Prometheus[^)]*\): (\S+)", log.read_text()).group(1)
+        deadline = time.monotonic() + 90
+        while "ray_macaron_turn_seconds_count" not in httpx.get(metrics_url, timeout=10).text:
+            assert time.monotonic() < deadline, "the served turn never reached Ray's metrics port"
+            time.sleep(3)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

@@ -4,7 +4,8 @@ One cluster for the module, as `cluster/local-cpu.yaml` defines it: a head of
 node type `cpu` (ingress, router) and a worker of node type `cpu-worker`
 (prefill, decode), both on this machine. The
 tests run in file order on one deployment: placement, the API over HTTP, PD
-outputs and NIXL transfers, a decode replica killed and restored, and last the
+outputs and NIXL transfers, a decode replica killed and restored, a real
+Prometheus reading every dashboard query under a mixed load, and last the
 aggregated profile deployed on the same cluster, whose outputs must equal PD's.
 """
 
@@ -223,6 +224,98 @@ def test_a_dead_decode_replica_gets_503_then_is_restarted(cluster, pd):
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=600)
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
     assert resp.status_code == 200, resp.text
+
+
+def _settled(prom, expr: str, quiet_s: float = 12, timeout_s: float = 90) -> float:
+    """The value of `expr` once it has not changed for `quiet_s` (Ray exports every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    value, since = prom.scalar(expr), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = prom.scalar(expr)
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return value
+    raise TimeoutError(f"{expr} kept changing: {value}")
+
+
+CONVERSATIONS = {
+    "chat": ("Write a Python function that reverses a string.", "Now make it ignore spaces.",
+             "Book a table for two at 8 tonight."),
+    "responses": ("Why is the sky blue?", "Draw a bar chart card of my weekly steps.", "Thanks, that helps!"),
+    "messages": ("Send a message to Ana that I am late.", "Also remind me to call her at 6.",
+                 "Write a SQL query that counts users by country."),
+}
+
+
+def _converse(url: str, surface: str, timings: list[dict]) -> int:
+    """One multi-turn conversation through one surface's SDK; returns the turns delivered."""
+    turns = CONVERSATIONS[surface]
+    if surface == "messages":
+        with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0) as claude:
+            history = []
+            for text in turns:
+                history.append({"role": "user", "content": text})
+                raw = claude.messages.with_raw_response.create(model=PUBLIC, max_tokens=12, messages=history)
+                timings.append(dict(raw.headers))
+                history.append({"role": "assistant", "content": raw.parse().content[0].text})
+        return len(turns)
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0) as client:
+        if surface == "chat":
+            history = []
+            for text in turns:
+                history.append({"role": "user", "content": text})
+                raw = client.chat.completions.with_raw_response.create(model=PUBLIC, max_tokens=12,
+                                                                        messages=history)
+                timings.append(dict(raw.headers))
+                history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+        else:
+            previous = None
+            for text in turns:
+                raw = client.responses.with_raw_response.create(model=PUBLIC, input=text, max_output_tokens=12,
+                                                                previous_response_id=previous)
+                timings.append(dict(raw.headers))
+                previous = raw.parse().id
+    return len(turns)
+
+
+def test_prometheus_reads_every_dashboard_query_under_a_mixed_load(cluster, pd, tmp_path):
+    """A real Prometheus scrapes every node's Ray metrics port while three conversations (one per
+    surface) run at once and one client abandons a stream: the hop histograms count exactly the
+    turns sent, and every query of every dashboard returns a series."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.prometheus import PrometheusServer, evaluate_every_panel
+
+    _, url = pd
+    count = "sum(ray_macaron_{}_count)".format
+    with PrometheusServer([f"127.0.0.1:{port}" for port in cluster.metrics_ports], tmp_path) as prom:
+        before = {hop: _settled(prom, count(hop)) for hop in ("turn_seconds", "route_hop_seconds")}
+        abandoned_before = prom.scalar('sum(ray_macaron_rollbacks_total{cause="client_disconnect"})')
+        timings: list[dict] = []
+        with ThreadPoolExecutor(3) as pool:
+            delivered = sum(pool.map(lambda surface: _converse(url, surface, timings), CONVERSATIONS))
+        # A client that walks away after the first words of a long answer: a rollback.
+        body = {"model": PUBLIC, "max_tokens": 400, "stream": True,
+                "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as resp:
+            assert "route" in resp.headers["server-timing"]
+            next(line for line in resp.iter_lines() if '"content":"' in line.replace(" ", "")
+                 and '"content":""' not in line.replace(" ", ""))
+        assert delivered == 9 and len(timings) == delivered
+        for headers in timings:
+            assert {"route", "ttft", "answer", "total"} <= set(re.findall(r"([a-z]+);dur=", headers["server-timing"]))
+            assert "x-macaron-specialist" not in headers
+        turns = prom.wait_for(count("turn_seconds"), before["turn_seconds"] + delivered, timeout_s=120)
+        assert turns == before["turn_seconds"] + delivered
+        # Settled: nothing more arrives later (the abandoned stream is not a turn).
+        assert _settled(prom, count("turn_seconds")) == before["turn_seconds"] + delivered
+        assert prom.scalar(count("route_hop_seconds")) == before["route_hop_seconds"] + delivered + 1
+        assert prom.wait_for('sum(ray_macaron_rollbacks_total{cause="client_disconnect"})', abandoned_before + 1,
+                             timeout_s=60) == abandoned_before + 1
+        assert prom.targets_up()
+        assert evaluate_every_panel(prom, "10m") == []
 
 
 def assert_greedy_equal(pd: Greedy, aggregated: Greedy, *, tie_nats: float = 0.25) -> str:

@@ -59,7 +59,15 @@ def test_llm_config_constructs_without_preparing_anything(path, tmp_path, monkey
         config = args.llm_config(role)
         assert config.model_loading_config.model_source == args.base.source
         assert config.accelerator_type == args.accelerator_type
+        assert config.log_engine_metrics is True  # vLLM's metrics, exported through Ray
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("path", [p for p in PROFILES if p not in GPU_PROFILES], ids=lambda p: p.name)
+def test_cpu_engines_export_their_metrics_and_the_ingress_keeps_labels_private(path):
+    args = load_profile(path)
+    assert all(args.llm_config(role).log_engine_metrics is True for role in args.roles())
+    assert args.ingress.debug_headers is False and args.ingress.otlp_endpoint is None
 
 
 def test_lora_ranks_are_vllms():
