@@ -196,6 +196,9 @@ class TurnRunner:
                 if final is None:
                     raise EngineError("engine stream ended without a final delta", retryable=False)
                 hop.set("engine.request_id", final.request_id)
+                if final.usage is not None:
+                    hop.set("prompt_tokens", final.usage.prompt_tokens)
+                    hop.set("cached_tokens", final.usage.cached_tokens)
             except BaseException as exc:
                 hop.error(exc)
                 raise
