@@ -291,8 +291,10 @@ def test_prometheus_reads_every_dashboard_query_under_a_mixed_load(cluster, pd, 
     _, url = pd
     count = "sum(ray_macaron_{}_count)".format
     with PrometheusServer([f"127.0.0.1:{port}" for port in cluster.metrics_ports], tmp_path) as prom:
+        # Every turn ends delivered (counted in turn_seconds) or rolled back (here only by disconnect).
+        ended = f'{count("turn_seconds")} + (sum(ray_macaron_rollbacks_total{{cause="client_disconnect"}}) or vector(0))'
         before = {hop: _settled(prom, count(hop)) for hop in ("turn_seconds", "route_hop_seconds")}
-        abandoned_before = prom.scalar('sum(ray_macaron_rollbacks_total{cause="client_disconnect"})')
+        ended_before = _settled(prom, ended)
         timings: list[dict] = []
         with ThreadPoolExecutor(3) as pool:
             delivered = sum(pool.map(lambda surface: _converse(url, surface, timings), CONVERSATIONS))
@@ -307,13 +309,13 @@ def test_prometheus_reads_every_dashboard_query_under_a_mixed_load(cluster, pd, 
         for headers in timings:
             assert {"route", "ttft", "answer", "total"} <= set(re.findall(r"([a-z]+);dur=", headers["server-timing"]))
             assert "x-macaron-specialist" not in headers
-        turns = prom.wait_for(count("turn_seconds"), before["turn_seconds"] + delivered, timeout_s=120)
-        assert turns == before["turn_seconds"] + delivered
-        # Settled: nothing more arrives later (the abandoned stream is not a turn).
-        assert _settled(prom, count("turn_seconds")) == before["turn_seconds"] + delivered
+        # The abandoned turn is rolled back when Serve's proxy passes the disconnect on to the ingress
+        # before the answer ends; if the answer ended first, it was delivered and committed. Either
+        # way it is counted exactly once, and every turn sent was routed exactly once.
+        assert prom.wait_for(ended, ended_before + delivered + 1, timeout_s=240) >= ended_before + delivered + 1
+        assert _settled(prom, ended) == ended_before + delivered + 1
+        assert prom.scalar(count("turn_seconds")) - before["turn_seconds"] in (delivered, delivered + 1)
         assert prom.scalar(count("route_hop_seconds")) == before["route_hop_seconds"] + delivered + 1
-        assert prom.wait_for('sum(ray_macaron_rollbacks_total{cause="client_disconnect"})', abandoned_before + 1,
-                             timeout_s=60) == abandoned_before + 1
         assert prom.targets_up()
         assert evaluate_every_panel(prom, "10m") == []
 
