@@ -1,4 +1,10 @@
-"""The route hop: L0 reads the routing prompt and the new user turn, and decodes one label.
+"""The route hop: L0 reads the routing prompt, the previous turn and the new user turn, and
+decodes one label.
+
+Context block: after the cacheable scaffold, the previous turn's label and its
+summary (or its user message while the summary is pending), cut to a fixed
+budget, so a follow-up such as "make the buttons bigger" stays with the
+specialist that built them while a new request still goes where it belongs.
 
 The label is constrained by vLLM structured outputs and is the route: nothing
 overrides it. An output that is not a canonical label is a routing error that
@@ -18,6 +24,7 @@ digit, end-of-sequence (three passes), 0.21 s for the digit alone.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from macaron_ray import prompts
 from macaron_ray.core.engine_client import EngineRequest
@@ -25,6 +32,25 @@ from macaron_ray.specialists.labels import LABELS
 
 ROUTE_BUDGET_TOKENS = 24
 FALLBACK_LABEL = "L0"
+ROUTE_CONTEXT_MAX_CHARS = 240
+"""The context block's budget for the previous turn's text: about 60 tokens of English, so the
+uncached tail of the route prompt stays short (the scaffold before it is cached)."""
+
+
+@dataclass(frozen=True)
+class RouteContext:
+    """The previous turn, as the route hop shows it to L0."""
+
+    label: str
+    """The specialist that answered it (canonical label)."""
+    text: str
+    """Its summary, or its user message while the summary is still pending."""
+
+    def block(self) -> str:
+        text = " ".join(self.text.split())
+        if len(text) > ROUTE_CONTEXT_MAX_CHARS:
+            text = text[:ROUTE_CONTEXT_MAX_CHARS - 1].rsplit(" ", 1)[0] + "…"
+        return f"Previous turn ({self.label}): {text}"
 
 
 def label_prefix(labels: tuple[str, ...] = LABELS) -> str:
@@ -35,22 +61,26 @@ def label_prefix(labels: tuple[str, ...] = LABELS) -> str:
     return prefix
 
 
-def route_messages(user_text: str, labels: tuple[str, ...] = LABELS) -> list[dict]:
-    """The whole route-hop prompt: scaffold, the new user turn, and the labels' shared start."""
+def route_messages(user_text: str, labels: tuple[str, ...] = LABELS,
+                   context: RouteContext | None = None) -> list[dict]:
+    """The whole route-hop prompt: scaffold (cached), the context block if there was a previous
+    turn, the new user turn, and the labels' shared start."""
+    content = user_text if context is None else f"{context.block()}\nNew message: {user_text}"
     messages = [{"role": "system", "content": prompts.load("routing")},
-                {"role": "user", "content": user_text}]
+                {"role": "user", "content": content}]
     if prefix := label_prefix(labels):
         messages.append({"role": "assistant", "content": prefix})
     return messages
 
 
-def route_request(adapter: str, user_text: str, labels: tuple[str, ...] = LABELS) -> EngineRequest:
+def route_request(adapter: str, user_text: str, labels: tuple[str, ...] = LABELS, *,
+                  context: RouteContext | None = None) -> EngineRequest:
     """The route request under L0's adapter (engine-side id): greedy, one label ending."""
     prefix = label_prefix(labels)
     endings = tuple(label[len(prefix):] for label in labels)
     # An ending of n bytes is at most n tokens (every byte has a token of its own).
     budget = min(ROUTE_BUDGET_TOKENS, max(len(e.encode()) for e in endings))
-    return EngineRequest(adapter=adapter, messages=route_messages(user_text, labels), max_tokens=budget,
+    return EngineRequest(adapter=adapter, messages=route_messages(user_text, labels, context), max_tokens=budget,
                          temperature=0.0, choice=endings, continue_final_message=bool(prefix))
 
 

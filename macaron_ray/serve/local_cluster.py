@@ -234,13 +234,15 @@ def _status(proc: psutil.Process) -> str | None:
 
 
 def serve_config_with(path: Path, out: Path, *, port: int | None = None,
-                      role_updates: dict[str, dict] | None = None) -> Path:
-    """A copy of the `serve deploy` file at `path` with another HTTP port and some engine roles'
-    fields replaced (roles the profile does not have are skipped)."""
+                      role_updates: dict[str, dict] | None = None, args_updates: dict | None = None) -> Path:
+    """A copy of the `serve deploy` file at `path` with another HTTP port, some top-level args
+    replaced (`args_updates`, e.g. another store) and some engine roles' fields replaced (roles
+    the profile does not have are skipped)."""
     doc = yaml.safe_load(Path(path).read_text())
     if port is not None:
         doc.setdefault("http_options", {})["port"] = port
     args = doc["applications"][0]["args"]
+    args.update(args_updates or {})
     for role, fields in (role_updates or {}).items():
         if args.get(role) is not None:
             args[role].update(fields)

@@ -34,10 +34,13 @@ PROMPT = [{"role": "user", "content": "Write a function that adds two numbers."}
 
 
 def _config(src: str, out: Path, port: int) -> tuple[Path, AppArgs]:
-    """The committed profile, with prefill/decode (or the answer engine) on the worker's node type."""
+    """The committed profile, with prefill/decode (or the answer engine) on the worker's node type
+    and a conversation store of its own (the default file outlives the test session: turns it
+    already holds would not be committed, nor summarized, again)."""
     worker = {"node_type": "cpu-worker"}
     serve_config_with(ROOT / "deployments" / src, out, port=port,
-                      role_updates={"prefill": worker, "decode": worker, "answer": worker})
+                      role_updates={"prefill": worker, "decode": worker, "answer": worker},
+                      args_updates={"store": {"kind": "sqlite", "path": str(out.with_suffix(".db"))}})
     return out, load_profile(out)
 
 
