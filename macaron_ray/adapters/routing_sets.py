@@ -22,7 +22,7 @@ from macaron_ray.core.route_hop import RouteContext
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LANGUAGES = ("en", "es", "fr", "de", "pt", "it", "zh", "ja")
-SWITCHES_PER_CONTEXT = 4
+SWITCHES_PER_CONTEXT = 8
 """Fresh requests of other labels paired with each context (the real switches)."""
 
 
