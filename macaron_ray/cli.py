@@ -54,7 +54,8 @@ def _on_engine(args: argparse.Namespace, run):
 def _bench_routing(args: argparse.Namespace) -> int:
     from macaron_ray.bench import routing
 
-    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label, seed=args.seed))
+    result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label, seed=args.seed,
+                                                      context_block=args.context_block))
     print(routing.format_report(result))
     print(f"wrote {args.out}")
     return 0
@@ -196,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out requests per label (default %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="which draw of requests from the held-out frames and wordings (default 0)")
+    p.add_argument("--context-block", action="store_true",
+                   help="route follow-ups with the previous turn before them (for an L0 trained with it)")
     p.add_argument("--cores", default="0", help="cores the engine is pinned to")
     p.add_argument("--base-url", help="use a running engine instead of starting one")
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))

@@ -3,8 +3,9 @@
     heldout    the generator's held-out split (frames and wordings no training example uses)
     authored   the authored requests of held-out concepts (routing_natural.tsv)
     field      the field set: written before any training decision, never trained on
-    follow-up  held-out previous turns with a follow-up that stays, or a real switch, routed
-               with the route hop's context block
+    follow-up  held-out previous turns with a follow-up that stays, or a real switch: routed as
+               the turn runner routes today (the new message alone), or with `--context-block`
+               (the previous turn before it, `route_hop.RouteContext`) for an L0 trained with it
 
 Each request is sent alone (no batching) to L0 as the turn runner sends it
 (`route_hop.route_request`: the context block if any, the labels' shared start
@@ -96,7 +97,7 @@ def meets(name: str, result: dict) -> bool:
 
 
 def format_report(result: dict) -> str:
-    lines = [f"routing (draw seed {result['seed']}); targets: held-out >= 97 % and >= 95 % per class, "
+    lines = [f"routing (draw seed {result['seed']}, context block {'on' if result['context_block'] else 'off'}); targets: held-out >= 97 % and >= 95 % per class, "
              "authored / field / follow-up >= 95 %, 100 % canonical, route p50 <= 0.15 s",
              f"  {'set':<10} {'n':>4} {'accuracy':>9}  {'L0':>6} {'L1':>6} {'L2':>6} {'L3':>6}  "
              f"{'canon.':>7}  {'p50':>6} {'p99':>6}  met"]
@@ -109,15 +110,20 @@ def format_report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0) -> dict:
+def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0,
+        context_block: bool = False) -> dict:
+    from dataclasses import replace
+
     from macaron_ray.adapters.routing_sets import heldout_sets
 
     adapter_id = Manifest.load(BUILT_DIR).adapter("L0").adapter_id
     sets = {}
     for name, requests in heldout_sets(per_label, seed).items():
+        if not context_block:
+            requests = [replace(r, context=None) for r in requests]
         sets[name] = evaluate(base_url, adapter_id, requests)
         sets[name]["meets_targets"] = meets(name, sets[name])
-    result = {"sets": sets, "seed": seed, "targets": TARGETS,
+    result = {"sets": sets, "seed": seed, "context_block": context_block, "targets": TARGETS,
               "meets_targets": all(r["meets_targets"] for r in sets.values())}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")

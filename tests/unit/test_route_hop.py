@@ -41,3 +41,16 @@ def test_labels_with_nothing_in_common_are_decoded_whole():
 def test_the_budget_never_exceeds_the_design_cap():
     labels = ("x" * 40, "y" * 50)
     assert route_hop.route_request("x", "hi", labels).max_tokens == route_hop.ROUTE_BUDGET_TOKENS
+
+
+def test_the_context_block_follows_the_cached_scaffold_and_is_cut_to_its_budget():
+    from macaron_ray.core.route_hop import ROUTE_CONTEXT_MAX_CHARS, RouteContext, route_messages
+
+    plain = route_messages("make the buttons bigger")
+    with_context = route_messages("make the buttons bigger", context=RouteContext("L3", "built a counter card"))
+    assert with_context[0] == plain[0]  # the scaffold, cached, comes first and is the same
+    assert with_context[1]["content"] == "Previous turn (L3): built a counter card\nNew message: make the buttons bigger"
+    assert with_context[2] == plain[2] == {"role": "assistant", "content": "L"}
+    block = RouteContext("L2", "word " * 200).block()
+    assert block.startswith("Previous turn (L2): word") and block.endswith("…")
+    assert len(block) <= len("Previous turn (L2): ") + ROUTE_CONTEXT_MAX_CHARS
