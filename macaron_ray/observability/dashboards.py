@@ -86,6 +86,11 @@ def mean(spec: M.MetricSpec, by: str = "") -> str:
     return (f"sum{group} ({_rate(spec.exposed + '_sum')}) / sum{group} ({_rate(spec.exposed + '_count')})")
 
 
+def mean_sum(spec: M.MetricSpec) -> str:
+    """Seconds per second spent in a histogram's observations (the numerator of a time share)."""
+    return f"sum ({_rate(spec.exposed + '_sum')})"
+
+
 def total_rate(spec: M.MetricSpec, by: str = "", selector: str = "") -> str:
     group = f" by ({by})" if by else ""
     return f"sum{group} ({_rate(spec.exposed, selector)})"
@@ -174,11 +179,6 @@ def mol_overview() -> DashboardSpec:
         description="The Mixture-of-LoRA proxy: every hop of every turn (ray_macaron_* metrics).",
         rows=(("Latency", latency), ("Routing", routing), ("Reliability", reliability),
               ("Own-view and summaries", reuse)))
-
-
-def mean_sum(spec: M.MetricSpec) -> str:
-    """Seconds per second spent in a histogram's observations (the numerator of a time share)."""
-    return f"sum ({_rate(spec.exposed + '_sum')})"
 
 
 def engines() -> DashboardSpec:

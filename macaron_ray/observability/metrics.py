@@ -11,9 +11,7 @@ turned off; the Prometheus exporter writes the same prefix, so both expose the
 same names (`ray_macaron_turn_seconds`) and one set of dashboards and alert
 rules reads either. Ray aggregates a histogram's observations per bucket in
 each worker and reports the bucket's midpoint as the value, so under Ray a
-histogram's `_sum` is approximate (its `_count` and buckets are exact); the
-buckets below are narrow enough that the mean of each hop is within a few
-percent.
+histogram's `_sum` is approximate (its `_count` and buckets are exact).
 
 Label values are closed sets (the canonical specialist labels, the surfaces, the
 causes, ...): private adapter ids, base names and tenants can never become a
@@ -213,21 +211,20 @@ class PrometheusExporter:
 
         kwargs = dict(name=spec.exposed, documentation=spec.help, labelnames=spec.labels, registry=self.registry)
         if spec.kind == "counter":
-            return _PromInstrument(pc.Counter(**kwargs), "inc", spec)
+            return _PromInstrument(pc.Counter(**kwargs), "inc")
         if spec.kind == "histogram":
-            return _PromInstrument(pc.Histogram(**kwargs, buckets=LATENCY_BUCKETS_S), "observe", spec)
-        return _PromInstrument(pc.Gauge(**kwargs), "inc", spec)
+            return _PromInstrument(pc.Histogram(**kwargs, buckets=LATENCY_BUCKETS_S), "observe")
+        return _PromInstrument(pc.Gauge(**kwargs), "inc")
 
     def value(self, spec: MetricSpec, suffix: str = "", **labels: str) -> float:
-        """The current value of one series (0 when it has no sample yet); for tests and benchmarks."""
-        name = spec.exposed + (suffix or ("_total" if spec.kind == "counter" and not spec.exposed.endswith("_total")
-                                          else ""))
-        return self.registry.get_sample_value(name, labels) or 0.0
+        """The current value of one series (0 when it has no sample yet); for tests and benchmarks.
+        `suffix`: `_count`, `_sum` or `_bucket` of a histogram (counters' names end in `_total`)."""
+        return self.registry.get_sample_value(spec.exposed + suffix, labels) or 0.0
 
 
 class _PromInstrument:
-    def __init__(self, metric, method: str, spec: MetricSpec):
-        self._metric, self._method, self._spec = metric, method, spec
+    def __init__(self, metric, method: str):
+        self._metric, self._method = metric, method
 
     def record(self, value: float, labels: dict[str, str]) -> None:
         target = self._metric.labels(**labels) if labels else self._metric
@@ -243,27 +240,20 @@ class RayExporter:
 
         tag_keys = spec.labels or None
         if spec.kind == "counter":
-            return _RayCounter(serve_metrics.Counter(spec.name, description=spec.help, tag_keys=tag_keys))
+            return _RayInstrument(serve_metrics.Counter(spec.name, description=spec.help, tag_keys=tag_keys), "inc")
         if spec.kind == "histogram":
-            return _RayHistogram(serve_metrics.Histogram(spec.name, description=spec.help,
-                                                         boundaries=list(LATENCY_BUCKETS_S), tag_keys=tag_keys))
+            return _RayInstrument(serve_metrics.Histogram(spec.name, description=spec.help,
+                                                          boundaries=list(LATENCY_BUCKETS_S), tag_keys=tag_keys),
+                                  "observe")
         return _RayGauge(serve_metrics.Gauge(spec.name, description=spec.help, tag_keys=tag_keys))
 
 
-class _RayCounter:
-    def __init__(self, metric):
-        self._metric = metric
+class _RayInstrument:
+    def __init__(self, metric, method: str):
+        self._metric, self._method = metric, method
 
     def record(self, value: float, labels: dict[str, str]) -> None:
-        self._metric.inc(value, tags=labels or None)
-
-
-class _RayHistogram:
-    def __init__(self, metric):
-        self._metric = metric
-
-    def record(self, value: float, labels: dict[str, str]) -> None:
-        self._metric.observe(value, tags=labels or None)
+        getattr(self._metric, self._method)(value, tags=labels or None)
 
 
 class _RayGauge:
