@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve test test-unit test-e2e bench-routing bench-pd plan adapters clean
+.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -26,6 +26,10 @@ test-e2e: install model
 
 bench-routing: install model
 	$(MACARON) bench routing
+
+# Each specialist vs the base on its own domain's held-out prompts; writes .bench/quality.json
+bench-quality: install model
+	$(MACARON) bench quality
 
 # PD vs aggregated on a local Ray cluster (about 10 minutes); writes .bench/pd.json
 bench-pd: install model

@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from macaron_ray.adapters.manifest import BUILT_DIR
 from macaron_ray.adapters.routing_data import HELDOUT_PER_LABEL
+from macaron_ray.bench.quality import SECTIONS as QUALITY_SECTIONS
 from macaron_ray.engine.local_server import LocalEngineSpec, LocalVLLMServer, free_port
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -36,18 +38,28 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_server(cores: str, port: int | None, log: Path | None) -> LocalVLLMServer:
+def _distill(args: argparse.Namespace) -> int:
+    from macaron_ray.adapters import distill
+
+    result = _on_engine(args, lambda url: distill.run(url, seed=args.seed))
+    print(f"distilled {result['kept']} of {result['requests']} chat requests into {result['out']}")
+    return 0
+
+
+def _local_server(cores: str, port: int | None, log: Path | None, built_dir: Path = BUILT_DIR) -> LocalVLLMServer:
     from macaron_ray.model.prepare import prepare_base_model
 
-    spec = LocalEngineSpec.from_manifest(prepare_base_model(), port=port or free_port(), cores=cores)
+    spec = LocalEngineSpec.from_manifest(prepare_base_model(), port=port or free_port(), cores=cores,
+                                         built_dir=built_dir)
     return LocalVLLMServer(spec, log_path=log)
 
 
 def _on_engine(args: argparse.Namespace, run):
-    """Run `run(base_url)` against --base-url, or against an engine started for it."""
+    """Run `run(base_url)` against --base-url, or against an engine started for it (serving the
+    adapters of --adapters, default the committed ones)."""
     if args.base_url:
         return run(args.base_url)
-    with _local_server(args.cores, None, args.engine_log) as server:
+    with _local_server(args.cores, None, args.engine_log, getattr(args, "adapters", BUILT_DIR)) as server:
         return run(server.spec.base_url)
 
 
@@ -55,8 +67,18 @@ def _bench_routing(args: argparse.Namespace) -> int:
     from macaron_ray.bench import routing
 
     result = _on_engine(args, lambda url: routing.run(url, args.out, per_label=args.per_label, seed=args.seed,
-                                                      context_block=args.context_block))
+                                                      context_block=args.context_block, built_dir=args.adapters))
     print(routing.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _bench_quality(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import quality
+
+    result = _on_engine(args, lambda url: quality.run(url, args.out, sections=tuple(args.sections),
+                                                      built_dir=args.adapters))
+    print(quality.format_report(result))
     print(f"wrote {args.out}")
     return 0
 
@@ -188,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", nargs="+", default=["L0", "L1", "L2", "L3"], choices=["L0", "L1", "L2", "L3"])
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_train)
+    p = adapters.add_parser("distill", help="L0's chat data: the base's own answers (needs an engine)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
+    p.add_argument("--base-url", help="use a running engine instead of starting one")
+    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-distill.log"))
+    p.set_defaults(func=_distill)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures and write JSON").add_subparsers(
         dest="action", required=True)
@@ -202,7 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", default="0", help="cores the engine is pinned to")
     p.add_argument("--base-url", help="use a running engine instead of starting one")
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))
+    p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
     p.set_defaults(func=_bench_routing)
+
+    p = bench.add_parser("quality", help="each specialist vs the base on its own domain's held-out prompts")
+    p.add_argument("--out", type=Path, default=Path(".bench/quality.json"))
+    p.add_argument("--sections", nargs="+", choices=QUALITY_SECTIONS, default=list(QUALITY_SECTIONS))
+    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
+    p.add_argument("--base-url", help="use a running engine instead of starting one")
+    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-quality.log"))
+    p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
+    p.set_defaults(func=_bench_quality)
 
     p = bench.add_parser("multihop", help="8-turn L1/L2 switching trace x 3 with prefix-cache reuse")
     p.add_argument("--out", type=Path, default=Path(".bench/multihop.json"))

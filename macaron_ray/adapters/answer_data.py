@@ -13,7 +13,6 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from macaron_ray import prompts
 from macaron_ray.adapters.routing_data import generate as generate_routes
 from macaron_ray.core.summary_hop import answer_digest, summary_messages
 
@@ -22,6 +21,9 @@ from macaron_ray.core.summary_hop import answer_digest, summary_messages
 class Conversation:
     messages: list[dict]
     tools: list[dict] | None = field(default=None)
+    summary: str | None = field(default=None, compare=False)
+    """What the summary hop should say of this turn (third person, names, dates and numbers
+    kept), written by the generator from what it knows; not part of the training data hash."""
 
 
 def _tool(name: str, description: str, **params: str) -> dict:
@@ -52,6 +54,22 @@ _GROCERIES = ["eggs", "oat milk", "bananas", "rice", "bread", "tomatoes", "butte
 _PLACES = ["the airport", "the station", "downtown", "the office", "the hotel"]
 _BILLS = ["electricity", "phone", "water", "internet", "gas"]
 _ERRANDS = ["buy milk", "call the plumber", "water the plants", "take my pills", "feed the cat"]
+
+
+def _agent_summary(name: str, args: dict) -> str:
+    """The summary of a tool-call turn: what was done, with every argument's value."""
+    what = {
+        "book_table": "booked a table for {people} at {restaurant} at {time}",
+        "create_event": "added \"{title}\" to the calendar on {day} at {time}",
+        "set_reminder": "set a reminder to {text} {when}",
+        "send_message": "texted {to}: \"{text}\"",
+        "order_groceries": "ordered {items} for {day}",
+        "book_ride": "booked a ride to {destination} at {time}",
+        "book_flight": "booked a flight to {destination} on {day}",
+        "pay_bill": "paid the {bill} bill before {before}",
+    }[name]
+    values = {k: " and ".join(v) if isinstance(v, list) else v for k, v in args.items()}
+    return f"The personal agent {what.format(**values)} ({name})."
 
 
 def _agent_tasks(rng: random.Random) -> tuple[str, str, dict, str]:
@@ -96,30 +114,55 @@ def _agent_tasks(rng: random.Random) -> tuple[str, str, dict, str]:
     return text, "pay_bill", {"bill": b, "before": d}, f"Paid: your {b} bill is settled before {d}."
 
 
+# Messages that need no tool even when tools are offered, with the plain answer (no call).
+_NO_CALL: list[tuple[str, str]] = [
+    ("Thank you so much!", "You're welcome! Tell me whenever you need something else done."),
+    ("Great, thanks.", "Happy to help. Anything else?"),
+    ("Never mind, I'll do it myself.", "No problem. I'm here if you change your mind."),
+    ("What can you do for me?", "I can book tables, rides and flights, schedule events, set reminders, send messages, order groceries and pay bills."),
+    ("Is it better to book dinner early or late on weekends?", "Early is usually easier: most places fill up after 8pm on weekends, so a 7pm table is a safer bet."),
+    ("Should I remind myself the night before or the morning of?", "The night before works best for early tasks; the morning of is fine for anything after lunch."),
+    ("How far ahead should I book a flight?", "For the best prices, about one to three months ahead for short trips and two to six months for long ones."),
+    ("Perfecto, gracias.", "¡De nada! Avísame si necesitas algo más."),
+    ("Merci beaucoup !", "Avec plaisir ! Dis-moi si tu as besoin d'autre chose."),
+    ("Danke, das war's.", "Gern geschehen! Melde dich, wenn du noch etwas brauchst."),
+    ("Hmm, let me think about it first.", "Sure, take your time. Just tell me when you've decided."),
+    ("Which day works best for a team lunch, usually?", "Tuesdays to Thursdays tend to work best: Mondays are busy and Fridays often have people away."),
+]
+
+
 def agent_conversations(n: int, seed: int) -> list[Conversation]:
-    """L1: tool calls when tools are offered; the follow-up after a tool result; plain plans otherwise."""
+    """L1: tool calls when tools are offered and needed; the follow-up after a tool result; no call
+    when nothing needs doing; plain plans when no tool is offered."""
     rng = random.Random(f"{seed}:L1")
     out: list[Conversation] = []
     for i in range(n):
+        if i % 10 == 9:  # tools offered, none needed
+            text, reply = _NO_CALL[(i // 10) % len(_NO_CALL)]
+            offered = [TOOLS[t] for t in rng.sample(sorted(TOOLS), rng.randint(1, 3))]
+            out.append(Conversation(tools=offered, summary=f"The user said \"{text}\"; the personal agent answered without calling a tool.",
+                                    messages=[{"role": "user", "content": text}, {"role": "assistant", "content": reply}]))
+            continue
         text, name, args, confirmation = _agent_tasks(rng)
         others = rng.sample([t for t in TOOLS if t != name], rng.randint(1, 3))
         offered = [TOOLS[t] for t in rng.sample([name, *others], len(others) + 1)]
         call = {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+        summary = _agent_summary(name, args)
         if i % 4 == 3:  # the turn after the tool ran
-            out.append(Conversation(tools=offered, messages=[
+            out.append(Conversation(tools=offered, summary=summary, messages=[
                 {"role": "user", "content": text},
                 {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps({"status": "ok"})},
                 {"role": "assistant", "content": confirmation},
             ]))
         elif i % 8 == 6:  # nothing offered: say what would be done
-            out.append(Conversation(messages=[
+            out.append(Conversation(summary=f"The personal agent explained it needs the {name} tool to do this.", messages=[
                 {"role": "user", "content": text},
                 {"role": "assistant", "content": f"I can take care of that once the {name.replace('_', ' ')} tool "
                                                  "is connected. Here is the plan: " + confirmation.split(":")[-1].strip()},
             ]))
         else:
-            out.append(Conversation(tools=offered, messages=[
+            out.append(Conversation(tools=offered, summary=summary, messages=[
                 {"role": "user", "content": text},
                 {"role": "assistant", "content": None, "tool_calls": [call]},
             ]))
@@ -177,8 +220,8 @@ def coding_conversations(n: int, seed: int) -> list[Conversation]:
         request, lang, code = rng.choice(_CODE)
         ask = rng.choice(_CODE_ASKS).format(r=request, l=_LANG_NAMES[lang])
         answer = f"Here is how to {request} in {_LANG_NAMES[lang]}:\n\n```{lang}\n{code}\n```"
-        out.append(Conversation(messages=[{"role": "user", "content": ask},
-                                          {"role": "assistant", "content": answer}]))
+        out.append(Conversation(summary=f"The coding assistant showed {_LANG_NAMES[lang]} code to {request}.",
+                                messages=[{"role": "user", "content": ask}, {"role": "assistant", "content": answer}]))
     return out
 
 
@@ -204,50 +247,90 @@ def ui_conversations(n: int, seed: int) -> list[Conversation]:
                               "Crea un formulario de {t}."]).format(t=title)
             inputs = "\n".join(f'    <Input name="{f}" label="{f.capitalize()}" />' for f in fields)
             code = f'<Form title="{title.capitalize()}" onSubmit={{submit}}>\n{inputs}\n    <Button type="submit">Send</Button>\n</Form>'
+            summary = f"The UI assistant built a {title} form with {', '.join(fields)} fields and a submit button."
         else:
             (subject, keys), (kind, component) = rng.choice(_UI_SUBJECTS), rng.choice(_UI_KINDS)
             ask = rng.choice(_UI_ASKS).format(k=kind, s=subject)
             data = ", ".join(f'{{ label: "{k}", value: {rng.randint(1, 99)} }}' for k in keys)
             code = (f'<Card title="{subject.capitalize()}">\n    <{component} data={{[{data}]}} interactive />\n</Card>')
-        out.append(Conversation(messages=[{"role": "user", "content": ask},
-                                          {"role": "assistant", "content": f"```jsx\n{code}\n```"}]))
+            summary = f"The UI assistant built a {kind} card of the user's {subject} ({', '.join(keys)})."
+        out.append(Conversation(summary=summary, messages=[{"role": "user", "content": ask},
+                                                           {"role": "assistant", "content": f"```jsx\n{code}\n```"}]))
     return out
 
 
-_CHAT: list[tuple[str, str]] = [
-    ("Hi! How are you?", "I'm doing well, thanks for asking! How is your day going?"),
-    ("I'm feeling tired today.", "I'm sorry you're tired. A short walk, some water and an early night can help. Want to talk about what's been draining you?"),
-    ("Tell me a fun fact about honeybees.", "Honeybees communicate the location of flowers with a \"waggle dance\" that encodes direction and distance."),
-    ("What do you think about jazz music?", "Jazz is wonderful: it mixes structure with improvisation, so every performance is a little different."),
-    ("Why is the sky blue?", "Sunlight scatters off air molecules, and blue light scatters the most, so the sky looks blue."),
-    ("Can you recommend a good book?", "Try \"The Little Prince\" by Antoine de Saint-Exupéry: short, warm and full of ideas."),
-    ("Tell me a joke.", "Why did the scarecrow win an award? Because he was outstanding in his field!"),
-    ("Who painted the Mona Lisa?", "Leonardo da Vinci painted the Mona Lisa in the early 1500s."),
-    ("What is photosynthesis?", "Photosynthesis is how plants turn sunlight, water and carbon dioxide into sugar and oxygen."),
-    ("I'm stressed about exams.", "That's understandable. Break the work into small pieces, take short breaks, and sleep well before the exam. You've got this."),
-    ("¿Qué opinas del café?", "¡El café es delicioso! Además, compartir un café es una buena excusa para conversar."),
-    ("Je me sens seul ce soir.", "Je suis désolé que tu te sentes seul. Je suis là pour discuter : qu'est-ce qui te ferait du bien ce soir ?"),
-    ("Erzähl mir etwas über Vulkane.", "Vulkane entstehen dort, wo Magma aus dem Erdinneren an die Oberfläche steigt, oft an den Grenzen tektonischer Platten."),
-    ("What's the capital of Japan?", "The capital of Japan is Tokyo."),
-    ("Write a short poem about the moon.", "Silver lantern, quiet and high,\nyou keep the night from being shy."),
-    ("Good morning!", "Good morning! I hope you slept well. What's on your mind today?"),
+_CHAT: list[tuple[str, str, str]] = [  # (question, answer, summary of the turn)
+    ("Hi! How are you?", "I'm doing well, thanks for asking! How is your day going?",
+     "The user said hi; the assistant greeted them back."),
+    ("I'm feeling tired today.", "I'm sorry you're tired. A short walk, some water and an early night can help. Want to talk about what's been draining you?",
+     "The user said they feel tired; the assistant suggested a walk, water and an early night."),
+    ("Tell me a fun fact about honeybees.", "Honeybees communicate the location of flowers with a \"waggle dance\" that encodes direction and distance.",
+     "The user asked for a fact about honeybees; the assistant explained their waggle dance."),
+    ("What do you think about jazz music?", "Jazz is wonderful: it mixes structure with improvisation, so every performance is a little different.",
+     "The user asked about jazz; the assistant praised its improvisation."),
+    ("Why do we have seasons?", "Earth's axis is tilted, so each hemisphere gets more direct sunlight for part of the year (summer) and less for the rest (winter).",
+     "The user asked why there are seasons; the assistant explained Earth's tilted axis."),
+    ("Can you recommend a good book?", "Try \"The Little Prince\" by Antoine de Saint-Exupéry: short, warm and full of ideas.",
+     "The user asked for a book; the assistant recommended The Little Prince by Antoine de Saint-Exupéry."),
+    ("Tell me a joke.", "Why did the scarecrow win an award? Because he was outstanding in his field!",
+     "The user asked for a joke; the assistant told one about a scarecrow."),
+    ("Who painted the Mona Lisa?", "Leonardo da Vinci painted the Mona Lisa in the early 1500s.",
+     "The user asked who painted the Mona Lisa: Leonardo da Vinci, in the early 1500s."),
+    ("What is photosynthesis?", "Photosynthesis is how plants turn sunlight, water and carbon dioxide into sugar and oxygen.",
+     "The user asked about photosynthesis; the assistant explained how plants make sugar and oxygen."),
+    ("I'm stressed about exams.", "That's understandable. Break the work into small pieces, take short breaks, and sleep well before the exam. You've got this.",
+     "The user is stressed about exams; the assistant suggested small steps, breaks and sleep."),
+    ("¿Qué opinas del café?", "¡El café es delicioso! Además, compartir un café es una buena excusa para conversar.",
+     "The user asked (in Spanish) about coffee; the assistant said it is delicious and social."),
+    ("Je me sens seul ce soir.", "Je suis désolé que tu te sentes seul. Je suis là pour discuter : qu'est-ce qui te ferait du bien ce soir ?",
+     "The user said (in French) they feel lonely tonight; the assistant offered to talk."),
+    ("Erzähl mir etwas über Vulkane.", "Vulkane entstehen dort, wo Magma aus dem Erdinneren an die Oberfläche steigt, oft an den Grenzen tektonischer Platten.",
+     "The user asked (in German) about volcanoes; the assistant explained magma rising at plate boundaries."),
+    ("What's the capital of Japan?", "The capital of Japan is Tokyo.",
+     "The user asked for the capital of Japan: Tokyo."),
+    ("Write a short poem about the moon.", "Silver lantern, quiet and high,\nyou keep the night from being shy.",
+     "The user asked for a short poem about the moon; the assistant wrote two lines."),
+    ("Good morning!", "Good morning! I hope you slept well. What's on your mind today?",
+     "The user said good morning; the assistant greeted them."),
 ]
 
 
+def authored_chat() -> list[Conversation]:
+    return [Conversation(summary=summary, messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+            for q, a, summary in _CHAT]
+
+
 def chat_conversations(n: int, seed: int) -> list[Conversation]:
-    """L0 chat: short, warm answers."""
+    """L0 chat: short, warm authored answers, then the base model's own answers (`distill`)."""
+    from macaron_ray.adapters.distill import load_distilled
+
     rng = random.Random(f"{seed}:L0chat")
-    return [Conversation(messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
-            for q, a in (rng.choice(_CHAT) for _ in range(n))]
+    distilled = [Conversation(messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+                 for q, a in load_distilled()]
+    pool = authored_chat() + distilled
+    return [pool[i] for i in rng.sample(range(len(pool)), min(n, len(pool)))]
+
+
+AUTHORED_ROUTE_WEIGHT = 2
+"""Each authored training request is seen this many times an epoch: they are few beside the
+generator's, and they are the ones written as people write."""
 
 
 def route_conversations(per_label: int, seed: int) -> list[Conversation]:
-    """L0 routing: the routing prompt and a training-split user message -> its label."""
-    system = prompts.load("routing")
-    return [Conversation(messages=[{"role": "system", "content": system},
-                                   {"role": "user", "content": ex.text},
-                                   {"role": "assistant", "content": ex.label}])
-            for ex in generate_routes("train", per_label, seed)]
+    """L0 routing, prompted as the route hop prompts it (`route_hop.route_messages`, context block
+    included): training-split requests of the generator and the authored set, and follow-ups after
+    a previous turn (that turn's specialist, or a real switch) -> the label."""
+    from macaron_ray.adapters.routing_sets import authored, followups
+    from macaron_ray.core.route_hop import route_messages
+
+    requests = [(ex.text, ex.label, None) for ex in generate_routes("train", per_label, seed)]
+    requests += [(r.text, r.label, None) for r in authored("train")] * AUTHORED_ROUTE_WEIGHT
+    requests += [(r.text, r.label, r.context) for r in followups("train", seed)]
+    out = []
+    for text, label, context in requests:
+        prompt = [m for m in route_messages(text, context=context) if m["role"] != "assistant"]
+        out.append(Conversation(messages=[*prompt, {"role": "assistant", "content": label}]))
+    return out
 
 
 def _turn_digest(conv: Conversation) -> tuple[str, str]:
@@ -260,12 +343,11 @@ def _turn_digest(conv: Conversation) -> tuple[str, str]:
 def summary_conversations(n: int, seed: int) -> list[Conversation]:
     """L0 summaries of other specialists' turns, in the summary hop's own format."""
     rng = random.Random(f"{seed}:L0sum")
-    pool = agent_conversations(n, seed + 1) + coding_conversations(n, seed + 1) + ui_conversations(n, seed + 1)
+    pool = (agent_conversations(n, seed + 1) + coding_conversations(n, seed + 1) + ui_conversations(n, seed + 1)
+            + authored_chat())
     out = []
     for conv in rng.sample(pool, n):
         user, did = _turn_digest(conv)
-        out.append(Conversation(messages=[
-            *summary_messages(user, did),
-            {"role": "assistant", "content": f"The user asked: {user} The assistant {did[:140]}."},
-        ]))
+        out.append(Conversation(messages=[*summary_messages(user, did),
+                                          {"role": "assistant", "content": conv.summary}]))
     return out

@@ -133,7 +133,7 @@ def format_report(result: dict) -> str:
              f"  turns routed right  {result['routed_right']}/{result['turns']}",
              f"  switches            {result['switches']['right']}/{result['switches']['expected']}",
              f"  re-entries          {result['reentries']['right']}/{result['reentries']['expected']}",
-             f"  re-entry cached share of previous own-view prompt: min "
+             "  re-entry cached share of previous own-view prompt: min "
              + (f"{s['min']:.1%}, p50 {s['p50']:.1%}" if s["min"] is not None else "n/a")
              + f" (target >= {result['target_reentry_cached_share']:.0%})",
              f"  cached share of the whole prompt (mean) {result['prompt_cached_share_mean']:.1%}",

@@ -111,12 +111,12 @@ def format_report(result: dict) -> str:
 
 
 def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0,
-        context_block: bool = False) -> dict:
+        context_block: bool = False, built_dir: Path = BUILT_DIR) -> dict:
     from dataclasses import replace
 
     from macaron_ray.adapters.routing_sets import heldout_sets
 
-    adapter_id = Manifest.load(BUILT_DIR).adapter("L0").adapter_id
+    adapter_id = Manifest.load(built_dir).adapter("L0").adapter_id
     sets = {}
     for name, requests in heldout_sets(per_label, seed).items():
         if not context_block:

@@ -32,6 +32,8 @@ from macaron_ray.specialists.labels import LABELS
 
 ROUTE_BUDGET_TOKENS = 24
 FALLBACK_LABEL = "L0"
+NEW_MESSAGE = "\nNew message: "
+"""Between the context block and the new message in the route prompt's user turn."""
 ROUTE_CONTEXT_MAX_CHARS = 240
 """The context block's budget for the previous turn's text: about 60 tokens of English, so the
 uncached tail of the route prompt stays short (the scaffold before it is cached)."""
@@ -65,7 +67,7 @@ def route_messages(user_text: str, labels: tuple[str, ...] = LABELS,
                    context: RouteContext | None = None) -> list[dict]:
     """The whole route-hop prompt: scaffold (cached), the context block if there was a previous
     turn, the new user turn, and the labels' shared start."""
-    content = user_text if context is None else f"{context.block()}\nNew message: {user_text}"
+    content = user_text if context is None else f"{context.block()}{NEW_MESSAGE}{user_text}"
     messages = [{"role": "system", "content": prompts.load("routing")},
                 {"role": "user", "content": content}]
     if prefix := label_prefix(labels):

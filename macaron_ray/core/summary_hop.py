@@ -21,6 +21,11 @@ def answer_digest(content: str | None, tool_calls: list[tuple[str, dict]] | None
     return "answered: " + (content or "").replace("\n", " ")[:160]
 
 
+def fallback_summary(user_text: str) -> str:
+    """What stands for a summary the hop could not make (empty output, or every attempt failed)."""
+    return f'Earlier message from the user, not summarized: "{" ".join(user_text.split())[:200]}"'
+
+
 def summary_messages(user_text: str, digest: str) -> list[dict]:
     return [{"role": "system", "content": prompts.load("summary")},
             {"role": "user", "content": f"User: {user_text}\nAssistant: {digest}"}]

@@ -1,6 +1,7 @@
 """TurnRunner: one user turn in three hops, transactional.
 
-    route hop   L0, constrained to a canonical label (skipped for tool results)
+    route hop   L0 on the new message and the previous turn (its specialist and summary),
+                constrained to a canonical label (skipped for tool results)
     answer hop  the chosen specialist, on its own-view, streamed
     summary hop L0, after the answer is delivered, off the critical path
                 (skipped for tool results)
@@ -163,7 +164,7 @@ class TurnRunner:
                 m.stickiness_hits.inc(specialist=label)
             else:
                 started = time.perf_counter()
-                label = await self.route(current.user.content or "", parent=span)
+                label = await self.route(current.user.content or "", parent=span, context=route_context(past))
                 timing.route_s = time.perf_counter() - started
                 m.route_hop.observe(timing.route_s, specialist=label, surface=surface)
                 m.route_decisions.inc(specialist=label)
@@ -253,13 +254,14 @@ class TurnRunner:
                 final = delta
         return "".join(parts), final
 
-    async def route(self, user_text: str, parent: Span | None = None) -> str:
+    async def route(self, user_text: str, parent: Span | None = None,
+                    context: route_hop.RouteContext | None = None) -> str:
         """The route hop. A non-canonical output is a routing error and falls back to L0."""
         labels, entry = self.registry.labels, self.registry.entry_label
         span = self.tracer.start("route", parent)
         try:
             output, final = await self._call_router(
-                route_hop.route_request(self.registry.adapter(entry), user_text, labels))
+                route_hop.route_request(self.registry.adapter(entry), user_text, labels, context=context))
             self.metrics.tokens("route", entry, final.usage if final else None)
             label = route_hop.parse_label(output, labels)
             if label is None:
@@ -290,7 +292,7 @@ class TurnRunner:
         finally:
             span.end()
         self.metrics.tokens("summary", entry, final.usage if final else None)
-        return text.strip() or f"The user asked: {user_text}"
+        return text.strip() or summary_hop.fallback_summary(user_text)
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
                          timing: HopTiming | None = None, parent: Span | None = None) -> str | None:
@@ -355,7 +357,7 @@ class TurnRunner:
         digest = summary_hop.answer_digest(answer.content if answer else "", calls)
         summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface)
         if summary is None:
-            summary = f"The user asked: {turn.user.content}"  # last resort: never block the turn
+            summary = summary_hop.fallback_summary(turn.user.content or "")  # never block the turn
         return TurnMeta(label=meta.label, summary=summary)
 
     async def wait_summary(self, tenant: str, key: str) -> TurnMeta | None:
@@ -369,6 +371,15 @@ class TurnRunner:
         """Wait for every pending summary (shutdown)."""
         if self._pending:
             await asyncio.gather(*list(self._pending.values()), return_exceptions=True)
+
+
+def route_context(past: list[tuple[Turn, TurnMeta]]) -> route_hop.RouteContext | None:
+    """The route hop's context block: the previous turn's specialist and its summary, or its user
+    message while the summary is pending."""
+    if not past:
+        return None
+    turn, meta = past[-1]
+    return route_hop.RouteContext(label=meta.label, text=meta.summary or turn.user.content or "")
 
 
 def _json_or_text(arguments: str) -> dict | str:

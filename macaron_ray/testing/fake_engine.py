@@ -1,7 +1,8 @@
 """A deterministic EngineClient for tests: scripted routing, scripted answers, a toy prefix cache.
 
-- Route requests (those with `choice`) are answered by `router(user_text)`, by
-  default a keyword rule; it may return a non-label to exercise the fallback.
+- Route requests (those with `choice`) are answered by `router(user_text)` (the new
+  message, without the context block), by default a keyword rule; it may return a
+  non-label to exercise the fallback.
 - Summary requests (the summary scaffold as system prompt) get "Summary: <user text>".
 - Answers echo the adapter and the last user text in word-sized chunks; when tools
   are offered and the user text contains "tool:<name>", the answer is one call
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from macaron_ray import prompts
+from macaron_ray.core import route_hop
 from macaron_ray.core.conversation import FunctionCall, ToolCall
 from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest, Usage
 
@@ -97,7 +99,7 @@ class FakeEngine:
         kind = self.kind(req)
         user = next((m.get("content") or "" for m in reversed(req.messages) if m["role"] == "user"), "")
         if kind == "route":
-            label = self.router(user)
+            label = self.router(user.rsplit(route_hop.NEW_MESSAGE, 1)[-1])  # the context block is not routed on
             if req.continue_final_message:  # the reply was begun in the prompt: continue it
                 label = label.removeprefix(req.messages[-1]["content"])
             return [label], ()

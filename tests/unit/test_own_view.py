@@ -1,5 +1,6 @@
-"""Own-view is append-only: a specialist's prompt, rendered with the base model's real chat template,
-is a byte prefix of its prompt at every later turn, whatever the conversation and the routing."""
+"""Own-view is append-only: a specialist's prompt at a turn it answers, rendered with the base model's
+real chat template, is a byte prefix of its prompt at every later turn, whatever the conversation and
+the routing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall, TurnMeta, split_turns
-from macaron_ray.core.own_view import own_view
+from macaron_ray.core.own_view import own_view, summary_note
 from macaron_ray.model.chat_template import load_chat_template
 from macaron_ray.model.prepare import prepare_base_model
 from macaron_ray.specialists.labels import LABELS
@@ -58,8 +59,9 @@ def test_each_specialists_prompt_is_a_byte_prefix_of_its_later_prompts(tokenizer
         messages.append(Message(role="user", content=user_text))
         history = split_turns("tenant", messages)
         past = list(zip(history.turns[:-1], metas))
-        for s in LABELS:  # every specialist's view at the start of this turn
-            prompts[s].append(render(tokenizer, own_view(s, history.instructions, past, history.turns[-1]), tools))
+        # The prompt of the specialist that answers this turn (only it prefills one; the others'
+        # views of this turn show its summary, which does not extend an open assistant turn).
+        prompts[label].append(render(tokenizer, own_view(label, history.instructions, past, history.turns[-1]), tools))
         if call_args is not None:
             call = ToolCall(id=f"call_{i}", function=FunctionCall(name="set_reminder", arguments=json.dumps(call_args)))
             messages += [Message(role="assistant", tool_calls=(call,)),
@@ -86,7 +88,8 @@ def test_own_turns_verbatim_others_summarized():
     past = list(zip(h.turns[:-1], metas))
     as_l1 = own_view("L1", h.instructions, past, h.turns[-1])
     assert as_l1 == [m.to_openai() for m in msgs[:6]] + [
-        {"role": "assistant", "content": "wrote code"}, {"role": "user", "content": "and now?"}]
+        summary_note("wrote code"), {"role": "user", "content": "and now?"}]
     as_l3 = own_view("L3", h.instructions, past, h.turns[-1])
-    assert as_l3 == [msgs[0].to_openai(), msgs[1].to_openai(), {"role": "assistant", "content": "set a reminder"},
-                     msgs[5].to_openai(), {"role": "assistant", "content": "wrote code"}, msgs[7].to_openai()]
+    assert as_l3 == [msgs[0].to_openai(), msgs[1].to_openai(), summary_note("set a reminder"),
+                     msgs[5].to_openai(), summary_note("wrote code"), msgs[7].to_openai()]
+    assert all(m["role"] != "assistant" for m in as_l3)  # nothing of another's turn reads as its own reply

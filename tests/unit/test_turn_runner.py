@@ -9,6 +9,8 @@ import pytest
 from macaron_ray import prompts
 from macaron_ray.core.conversation import FunctionCall, HistoryError, Message, ToolCall, split_turns
 from macaron_ray.core.engine_client import EngineError
+from macaron_ray.core.own_view import summary_note
+from macaron_ray.core.route_hop import RouteContext, route_messages
 from macaron_ray.core.registry import Specialist, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
 from macaron_ray.observability.metrics import (
@@ -79,6 +81,31 @@ def test_route_hop_picks_the_specialist_that_answers(setup):
     asyncio.run(scenario())
 
 
+def test_the_route_hop_sees_the_previous_turn(tmp_path):
+    engine = FakeEngine()
+    runner = TurnRunner(registry(), engine, SQLiteStore(tmp_path / "state.db"), summary_retry_delay_s=0.5)
+    engine.fail(lambda r: FakeEngine.kind(r) == "summary")  # the first summary comes 0.5 s late
+
+    async def scenario():
+        h = [user("build a counter widget")]
+        t1, f1 = await run_turn(runner, h)
+        # The summary is still pending: the context block shows the previous user message.
+        h += [assistant(t1), user("make the buttons bigger")]
+        t2, f2 = await run_turn(runner, h)
+        first, second = engine.of_kind("route")[:2]
+        assert first.messages == route_messages("build a counter widget")
+        assert second.messages == route_messages(
+            "make the buttons bigger", context=RouteContext("L3", "build a counter widget"))
+        await runner.wait_summary(TENANT, f2.turn_key)
+        # Once summarized, the summary stands for the previous turn.
+        h += [assistant(t2), user("now add a reset button")]
+        await run_turn(runner, h)
+        third = engine.of_kind("route")[2]
+        assert third.messages == route_messages(
+            "now add a reset button", context=RouteContext(f2.label, "Summary: make the buttons bigger"))
+    asyncio.run(scenario())
+
+
 def test_non_canonical_route_output_is_counted_and_falls_back_to_l0(setup):
     runner, engine, _ = setup
     engine.router = lambda text: "L7 maybe"
@@ -106,7 +133,7 @@ def test_scaffold_never_enters_a_view_and_other_turns_appear_as_summaries(setup)
             {"role": "user", "content": "write python code for sorting"},
             {"role": "assistant", "content": t1},
             {"role": "user", "content": "now book a table"},
-            {"role": "assistant", "content": "Summary: now book a table"},
+            summary_note("Summary: now book a table"),
             {"role": "user", "content": "fix this python bug"},
         ]
         scaffold = {prompts.load("routing"), prompts.load("summary")}
@@ -219,7 +246,7 @@ def test_next_turn_waits_for_a_pending_summary(setup):
         kinds = [FakeEngine.kind(r) for r in engine.requests]
         # route1, answer1, route2 may interleave with summary1; answer2 must come after it.
         assert kinds.index("summary") < len(kinds) - 1 - kinds[::-1].index("answer")
-        assert engine.of_kind("answer")[-1].messages[1] == {"role": "assistant", "content": "Summary: write python code"}
+        assert engine.of_kind("answer")[-1].messages[1] == summary_note("Summary: write python code")
     asyncio.run(scenario())
 
 
@@ -248,7 +275,7 @@ def test_cache_miss_is_rederived_not_an_error(setup, tmp_path):
         assert view[:4] == [{"role": "user", "content": "write python code"},
                             {"role": "assistant", "content": "print(1)"},
                             {"role": "user", "content": "book a table"},
-                            {"role": "assistant", "content": "Summary: book a table"}]
+                            summary_note("Summary: book a table")]
         # Another replica with the same store sees the same views without re-deriving.
         other = TurnRunner(registry(), FakeEngine(), SQLiteStore(tmp_path / "state.db"))
         await run_turn(other, h)
