@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 from macaron_ray.adapters.manifest import BUILT_DIR
 from macaron_ray.adapters.routing_data import HELDOUT_PER_LABEL
 from macaron_ray.bench.quality import SECTIONS as QUALITY_SECTIONS
+from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
+from macaron_ray.loadtest.client import SURFACES as LOAD_SURFACES
 from macaron_ray.engine.local_server import LocalEngineSpec, LocalVLLMServer, free_port
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +103,26 @@ def _bench_pd(args: argparse.Namespace) -> int:
                     duration_s=args.duration_s, aggregated_cores=args.aggregated_cores, log_dir=args.out.parent)
     print(pd.format_report(result))
     print(f"wrote {args.out}")
+    return 0
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    from macaron_ray.loadtest import main as loadtest
+    from macaron_ray.loadtest.client import LoadConfig, NotLoopback
+    from macaron_ray.loadtest.traces import load_traces
+
+    try:
+        cfg = LoadConfig(url=args.url, api_key=args.api_key, surface=args.surface, model=args.model,
+                         conversations=args.conversations, max_requests=args.max_requests, duration_s=args.duration,
+                         think_time_s=args.think_time, disconnect_rate=args.disconnect_rate,
+                         max_tokens=args.max_tokens, seed=args.seed, allow_remote=args.allow_remote)
+        report = loadtest.run(cfg, tuple(args.concurrency), args.out, None if args.no_plots else args.plots,
+                              traces=load_traces(args.traces) if args.traces else None, progress=not args.quiet)
+    except (NotLoopback, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(loadtest.format_report(report))
+    print(f"wrote {args.out}" + (f" and {len(report.get('plots', []))} plots in {args.plots}" if not args.no_plots else ""))
     return 0
 
 
@@ -287,6 +310,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--standalone only: send each turn's specialist label (x-macaron-specialist)")
     p.add_argument("--otlp-endpoint", help="--standalone only: OTLP/HTTP traces endpoint (default: no tracing)")
     p.set_defaults(func=_serve)
+    p = sub.add_parser("loadtest", help="multi-turn mixed-domain load through the official SDKs, timed per hop")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the deployment (loopback unless --allow-remote)")
+    p.add_argument("--api-key", default=os.environ.get("MACARON_API_KEY", "loadtest"),
+                   help="default: $MACARON_API_KEY, else a placeholder for a deployment without keys")
+    p.add_argument("--surface", choices=LOAD_SURFACES, default="chat")
+    p.add_argument("--model", default=DEFAULT_PUBLIC_MODEL)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1],
+                   help="concurrent conversations; several values run one level after another")
+    p.add_argument("--conversations", type=int, default=6, help="conversations per level (traces are cycled)")
+    p.add_argument("--max-requests", type=int, default=200, help="per level, tool results included")
+    p.add_argument("--duration", type=float, default=300.0, help="per level: no new turn after this many seconds")
+    p.add_argument("--think-time", type=float, default=0.0, help="seconds between a conversation's turns")
+    p.add_argument("--disconnect-rate", type=float, default=0.0, help="share of streams closed after the first delta")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--traces", type=Path, help="a traces file (default: the suite's)")
+    p.add_argument("--allow-remote", action="store_true", help="allow a target that is not a loopback address")
+    p.add_argument("--out", type=Path, default=Path(".bench/loadtest.json"))
+    p.add_argument("--plots", type=Path, default=Path(".bench/loadtest"), help="directory for the PNG plots")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_loadtest)
+
     from macaron_ray.plan.report import add_plan_parser
 
     add_plan_parser(sub)  # macaron plan [PROFILE ...] [--out .bench/plan.json]

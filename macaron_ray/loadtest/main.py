@@ -1,0 +1,63 @@
+"""`macaron loadtest`: one run per concurrency level, a JSON report, PNG plots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from macaron_ray.loadtest.client import LoadConfig, require_loopback, run_level
+from macaron_ray.loadtest.report import records_json, summarize
+from macaron_ray.loadtest.traces import Traces, load_traces
+
+
+def run(cfg: LoadConfig, levels: tuple[int, ...], out: Path, plots_dir: Path | None = None,
+        traces: Traces | None = None, progress: bool = True) -> dict:
+    """Each level plays `cfg.conversations` conversations within `cfg`'s budget, one level after another."""
+    require_loopback(cfg.url, cfg.allow_remote)
+    traces = traces or load_traces()
+    report: dict = {"config": {k: v for k, v in vars(cfg).items() if k != "api_key"}, "levels": []}
+    all_records = []
+    for level in levels:
+        bar = _progress(cfg.max_requests, f"{cfg.surface} x{level}") if progress else None
+        try:
+            records, wall_s = asyncio.run(run_level(replace(cfg), traces, level, bar))
+        finally:
+            if bar is not None:
+                bar.close()
+        report["levels"].append({"concurrency": level, **summarize(records, wall_s)})
+        all_records += records
+    report["records"] = records_json(all_records)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    if plots_dir is not None:
+        from macaron_ray.loadtest.plots import write_plots
+
+        report["plots"] = [str(p) for p in write_plots(report, all_records, plots_dir)]
+    return report
+
+
+def _progress(total: int, label: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="req", leave=False)
+
+
+def format_report(report: dict) -> str:
+    lines = [f"loadtest {report['config']['surface']} -> {report['config']['url']}",
+             f"  {'conc.':>5} {'sent':>5} {'ok':>5} {'err':>4} {'disc.':>5} {'turns/s':>8} "
+             f"{'route p50':>9} {'answer p50':>10} {'turn p50':>8} {'turn p95':>8} {'overhead':>8}"]
+    for lv in report["levels"]:
+        h, req = lv["hops_s"], lv["requests"]
+
+        def p(hop: str, q: str) -> str:
+            v = h[hop].get(q)
+            return f"{v:.3f}" if v is not None else "-"
+
+        share = lv["routing_overhead_share"].get("aggregate")
+        lines.append(f"  {lv['concurrency']:>5} {req['sent']:>5} {req['ok']:>5} {sum(req['errors'].values()):>4} "
+                     f"{req['disconnected']:>5} {lv['throughput_turns_per_s']:>8.2f} {p('route', 'p50'):>9} "
+                     f"{p('answer', 'p50'):>10} {p('client_total', 'p50'):>8} {p('client_total', 'p95'):>8} "
+                     f"{(f'{share:.1%}' if share is not None else '-'):>8}")
+    return "\n".join(lines)
