@@ -183,3 +183,26 @@ def test_the_cli_writes_the_report_and_plots(api, tmp_path):
     assert "api_key" not in report["config"]
     assert sorted(p.name for p in plots.iterdir()) == ["latency_cdf.png", "routing_overhead.png",
                                                         "throughput_latency.png"]
+
+
+def test_the_locustfile_replays_the_traces_with_a_row_per_hop(api, tmp_path):
+    import csv
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import macaron_ray.loadtest as package
+
+    locustfile = Path(package.__file__).parent / "locustfile.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", api.base_url, "--headless", "-u", "2",
+         "-r", "2", "-t", "6s", "--stop-timeout", "10", "--csv", str(tmp_path / "run"), "--only-summary"],
+        capture_output=True, text=True, timeout=90, env={**os.environ, "MACARON_MODEL": PUBLIC_MODEL})
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "run_stats.csv", newline="") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    assert int(rows[("POST", "turn")]["Request Count"]) > 0
+    assert int(rows[("POST", "turn")]["Failure Count"]) == 0
+    for hop in ("route", "wait", "answer", "total"):
+        assert int(rows[("hop", hop)]["Request Count"]) > 0, hop
