@@ -86,6 +86,15 @@ def _bench_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ownview(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import ownview
+
+    result = _on_engine(args, lambda url: ownview.run(url, args.out, answer_tokens=args.answer_tokens))
+    print(ownview.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _bench_multihop(args: argparse.Namespace) -> int:
     from macaron_ray.bench import multihop
 
@@ -264,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-quality.log"))
     p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
     p.set_defaults(func=_bench_quality)
+
+    p = bench.add_parser("ownview", help="own-view vs the naive whole-history view on the suite's traces")
+    p.add_argument("--out", type=Path, default=Path(".bench/ownview.json"))
+    p.add_argument("--answer-tokens", type=int, default=48)
+    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
+    p.add_argument("--base-url", help="use a running engine instead of starting one")
+    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-ownview.log"))
+    p.set_defaults(func=_bench_ownview)
 
     p = bench.add_parser("multihop", help="8-turn L1/L2 switching trace x 3 with prefix-cache reuse")
     p.add_argument("--out", type=Path, default=Path(".bench/multihop.json"))

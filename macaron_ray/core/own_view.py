@@ -42,3 +42,16 @@ def own_view(label: str, instructions: Sequence[Message], past: Sequence[tuple[T
         view += render_turn(label, turn, meta)
     view += [m.to_openai() for m in current.messages]
     return view
+
+
+def naive_view(label: str, instructions: Sequence[Message], past: Sequence[tuple[Turn, TurnMeta]],
+               current: Turn) -> list[dict]:
+    """The baseline own-view is measured against: every specialist gets the whole shared history,
+    other specialists' answers verbatim (what a single-model chat would send)."""
+    view = [m.to_openai() for m in instructions]
+    for turn, _ in past:
+        view += [m.to_openai() for m in turn.messages]
+    return view + [m.to_openai() for m in current.messages]
+
+
+VIEWS = {"own": own_view, "naive": naive_view}

@@ -31,7 +31,7 @@ from macaron_ray.core.conversation import (
 from macaron_ray.core.engine_client import (
     EngineClient, EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
 )
-from macaron_ray.core.own_view import own_view
+from macaron_ray.core.own_view import VIEWS
 from macaron_ray.core.registry import SpecialistRegistry
 from macaron_ray.observability.metrics import MoLMetrics
 from macaron_ray.observability.tracing import NO_TRACING, Span, Tracer
@@ -117,10 +117,11 @@ class TurnRunner:
     def __init__(self, registry: SpecialistRegistry, engine: EngineClient, store: ConversationStore, *,
                  router: EngineClient | None = None, metrics: MoLMetrics | None = None,
                  tracer: Tracer = NO_TRACING, summary_attempts: int = 3,
-                 summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0):
+                 summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0, view: str = "own"):
         """`engine` serves the answer hops; `router` (default: `engine`) the route and summary hops.
         `metrics` default: a Prometheus registry of the runner's own. `store` is wrapped so that its
-        failures are counted and raised as `StoreError`."""
+        failures are counted and raised as `StoreError`. `view`: "own" (own-view), or "naive" (the
+        whole history verbatim for every specialist: the baseline `macaron bench ownview` measures)."""
         self.registry = registry
         self.engine = engine
         self.router = router or engine
@@ -130,6 +131,7 @@ class TurnRunner:
         self.summary_attempts = summary_attempts
         self.summary_retry_delay_s = summary_retry_delay_s
         self.summary_wait_s = summary_wait_s
+        self.view = VIEWS[view]
         # (tenant, key) -> the summary task of a delivered turn. Tasks are held here so
         # they are not garbage-collected, and so the next turn can await them.
         self._pending: dict[tuple[str, str], asyncio.Task] = {}
@@ -175,7 +177,7 @@ class TurnRunner:
             timing.summary_wait_s = time.perf_counter() - started
             m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
 
-            view = own_view(label, history.instructions, past, current)
+            view = self.view(label, history.instructions, past, current)
             answer = EngineRequest(
                 adapter=self.registry.adapter(label), messages=view, tools=req.tools, tool_choice=req.tool_choice,
                 max_tokens=req.sampling.max_tokens, temperature=req.sampling.temperature,

@@ -91,3 +91,27 @@ def test_responses_chain_and_messages_stream(oai, claude, private_names):
     assert final.content[0].text and final.stop_reason in ("end_turn", "max_tokens")
     no_private(r1.model_dump_json() + final.model_dump_json() + json.dumps([e.model_dump() for e in events]),
                private_names)
+
+
+def test_a_bounded_loadtest_on_the_real_engine_adds_up(api):
+    """`macaron loadtest`'s driver on the real model: what it reports is what it sent, and each
+    turn's hops add up to the latency the ingress measured, within the client's."""
+    import asyncio
+
+    from macaron_ray.loadtest.client import LoadConfig, run_level
+    from macaron_ray.loadtest.report import summarize
+    from macaron_ray.loadtest.traces import load_traces
+
+    traces = load_traces()
+    cfg = LoadConfig(url=api.base_url, model=PUBLIC, conversations=2, max_requests=10, duration_s=60, max_tokens=24)
+    records, wall_s = asyncio.run(run_level(cfg, traces, concurrency=2))
+    assert 0 < len(records) <= 10 and all(r.ok for r in records), [r.error for r in records if not r.ok]
+    summary = summarize(records, wall_s)
+    assert summary["requests"]["sent"] == len(records)
+    assert summary["requests"]["user_turns_ok"] + summary["requests"]["tool_results_ok"] == len(records)
+    for r in records:
+        s = r.server
+        hops = s.get("route", 0.0) + s["wait"] + s["answer"]
+        assert hops <= s["total"] + 0.002, s  # Server-Timing rounds to 0.1 ms per hop
+        assert s["total"] - hops < 0.25, s  # what no hop accounts for stays small
+        assert s["total"] <= r.client_total_s + 0.002
