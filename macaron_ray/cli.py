@@ -228,6 +228,15 @@ def _dashboards_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_options(p: argparse.ArgumentParser, name: str, cores: str = "0-1", adapters: bool = False) -> None:
+    """Where a benchmark's engine comes from: started here (pinned to --cores), or --base-url."""
+    p.add_argument("--cores", default=cores, help="cores the engine is pinned to")
+    p.add_argument("--base-url", help="use a running engine instead of starting one")
+    p.add_argument("--engine-log", type=Path, default=Path(f".bench/engine-{name}.log"))
+    if adapters:
+        p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="macaron", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -244,9 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
     p = adapters.add_parser("distill", help="L0's chat data: the base's own answers (needs an engine)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
-    p.add_argument("--base-url", help="use a running engine instead of starting one")
-    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-distill.log"))
+    _engine_options(p, "distill")
     p.set_defaults(func=_distill)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures and write JSON").add_subparsers(
@@ -259,35 +266,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which draw of requests from the held-out frames and wordings (default 0)")
     p.add_argument("--context-block", action="store_true",
                    help="route follow-ups with the previous turn before them (for an L0 trained with it)")
-    p.add_argument("--cores", default="0", help="cores the engine is pinned to")
-    p.add_argument("--base-url", help="use a running engine instead of starting one")
-    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-routing.log"))
-    p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
+    _engine_options(p, "routing", cores="0", adapters=True)
     p.set_defaults(func=_bench_routing)
 
     p = bench.add_parser("quality", help="each specialist vs the base on its own domain's held-out prompts")
     p.add_argument("--out", type=Path, default=Path(".bench/quality.json"))
     p.add_argument("--sections", nargs="+", choices=QUALITY_SECTIONS, default=list(QUALITY_SECTIONS))
-    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
-    p.add_argument("--base-url", help="use a running engine instead of starting one")
-    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-quality.log"))
-    p.add_argument("--adapters", type=Path, default=BUILT_DIR, help="built adapters to serve (a candidate's)")
+    _engine_options(p, "quality", adapters=True)
     p.set_defaults(func=_bench_quality)
 
     p = bench.add_parser("ownview", help="own-view vs the naive whole-history view on the suite's traces")
     p.add_argument("--out", type=Path, default=Path(".bench/ownview.json"))
     p.add_argument("--answer-tokens", type=int, default=48)
-    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
-    p.add_argument("--base-url", help="use a running engine instead of starting one")
-    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-ownview.log"))
+    _engine_options(p, "ownview")
     p.set_defaults(func=_bench_ownview)
 
     p = bench.add_parser("multihop", help="8-turn L1/L2 switching trace x 3 with prefix-cache reuse")
     p.add_argument("--out", type=Path, default=Path(".bench/multihop.json"))
     p.add_argument("--answer-tokens", type=int, default=48)
-    p.add_argument("--cores", default="0-1", help="cores the engine is pinned to")
-    p.add_argument("--base-url", help="use a running engine instead of starting one")
-    p.add_argument("--engine-log", type=Path, default=Path(".bench/engine-multihop.log"))
+    _engine_options(p, "multihop")
     p.set_defaults(func=_bench_multihop)
 
     p = bench.add_parser("pd", help="decode TPOT under long prompts: PD vs aggregated, same run")
