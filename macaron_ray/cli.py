@@ -264,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out requests per label (default %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="which draw of requests from the held-out frames and wordings (default 0)")
-    p.add_argument("--context-block", action="store_true",
-                   help="route follow-ups with the previous turn before them (for an L0 trained with it)")
+    p.add_argument("--no-context-block", dest="context_block", action="store_false",
+                   help="route follow-ups on the new message alone (the runner sends the previous turn too)")
     _engine_options(p, "routing", cores="0", adapters=True)
     p.set_defaults(func=_bench_routing)
 

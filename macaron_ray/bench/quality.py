@@ -180,9 +180,21 @@ _PARROT = re.compile(r"(?i)\b(the user (asked|wanted|said|requested)"
                      r"|^\s*(user|assistant)\s*:|another assistant answered|summary:")
 
 
-def parrots(answer: str) -> bool:
-    """The answer reproduces the summary's form (a report of the turn) instead of answering."""
-    return _PARROT.search(answer) is not None
+PARROT_NGRAM = 6
+
+
+def _words(text: str) -> list[str]:
+    return _normal(text).split()
+
+
+def parrots(answer: str, summary: str = "") -> bool:
+    """The answer reproduces the summary instead of answering: the summary's form (a report of the
+    turn), or a run of `PARROT_NGRAM` words copied from the summary it was shown."""
+    if _PARROT.search(answer):
+        return True
+    said, shown = _words(answer), _words(summary)
+    grams = {tuple(shown[i:i + PARROT_NGRAM]) for i in range(len(shown) - PARROT_NGRAM + 1)}
+    return any(tuple(said[i:i + PARROT_NGRAM]) in grams for i in range(len(said) - PARROT_NGRAM + 1))
 
 
 # --- engine calls --------------------------------------------------------------------------------
@@ -296,7 +308,7 @@ class Runner:
         nexts = self.many([(i["next"]["label"], next_view(i, s.text), MAX_TOKENS["chat"], None)
                            for i, s in zip(items, summaries)])
         recall = [entity_recall(s.text, i["keep"]) for s, i in zip(summaries, items)]
-        parroted = [parrots(n.text) for n in nexts]
+        parroted = [parrots(n.text, s.text) for n, s in zip(nexts, summaries)]
         return {"entity_recall": sum(recall) / len(recall),
                 "tokens_mean": sum(s.completion_tokens for s in summaries) / len(summaries),
                 "tokens_max": max(s.completion_tokens for s in summaries),

@@ -4,8 +4,8 @@
     authored   the authored requests of held-out concepts (routing_natural.tsv)
     field      the field set: written before any training decision, never trained on
     follow-up  held-out previous turns with a follow-up that stays, or a real switch: routed as
-               the turn runner routes today (the new message alone), or with `--context-block`
-               (the previous turn before it, `route_hop.RouteContext`) for an L0 trained with it
+               the turn runner routes them, with the previous turn before the new message
+               (`route_hop.RouteContext`); `--no-context-block` routes the new message alone
 
 Each request is sent alone (no batching) to L0 as the turn runner sends it
 (`route_hop.route_request`: the context block if any, the labels' shared start
@@ -111,7 +111,7 @@ def format_report(result: dict) -> str:
 
 
 def run(base_url: str, out: Path, per_label: int = HELDOUT_PER_LABEL, seed: int = 0,
-        context_block: bool = False, built_dir: Path = BUILT_DIR) -> dict:
+        context_block: bool = True, built_dir: Path = BUILT_DIR) -> dict:
     from dataclasses import replace
 
     from macaron_ray.adapters.routing_sets import heldout_sets

@@ -43,3 +43,24 @@ def test_l0_routes_heldout_requests_under_constrained_decoding(engine):
     assert result["compliance"] == 1.0
     correct = sum(result["confusion"][g][g] for g in result["confusion"])
     assert correct >= 19, result["confusion"]
+
+
+def test_the_quality_bench_scores_every_section_on_the_real_engine(engine, tmp_path, monkeypatch):
+    """`macaron bench quality` end to end on two items per section: real tool calls parsed by vLLM,
+    real Python run under the tests, the component grammar on L3's real output."""
+    from macaron_ray.bench import quality
+    from macaron_ray.core.summary_hop import SUMMARY_BUDGET_TOKENS
+
+    small = {section: items[:2] for section, items in quality.load().items()}
+    monkeypatch.setattr(quality, "load", lambda: small)
+    result = quality.run(engine.spec.base_url, tmp_path / "quality.json")
+    assert set(result["sections"]) == set(quality.SECTIONS)
+    for section, rows in result["sections"].items():
+        assert rows["items"] == 2
+        for who in ("adapter", "base"):
+            assert len(rows[who]["samples"]) == 2 and 0.0 <= rows[who]["loops"] <= 1.0, (section, who)
+    ui = result["sections"]["ui"]
+    assert ui["adapter"]["parses"] == 1.0 and ui["base"]["parses"] == 0.0  # only L3 learned the components
+    summaries = result["sections"]["summaries"]["adapter"]
+    assert 0 < summaries["tokens_mean"] and summaries["tokens_max"] <= SUMMARY_BUDGET_TOKENS
+    assert (tmp_path / "quality.json").exists()

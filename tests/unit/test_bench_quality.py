@@ -94,6 +94,9 @@ def test_entity_recall_and_parroting():
     assert quality.parrots("Another assistant answered that message. Summary: ...")
     assert not quality.parrots("def add(a, b):\n    return a + b")
     assert not quality.parrots("Apples are good for you: they have fiber and vitamin C.")
+    summary = "The UI assistant created a signup form with a username and email."
+    assert quality.parrots("Sure! The UI assistant created a signup form with a username and email.", summary)
+    assert not quality.parrots("I sent Eva a message: the signup form is ready.", summary)
 
 
 def test_the_next_specialist_sees_the_summary_not_the_turn():

@@ -34,16 +34,16 @@ def test_each_set_is_sent_and_reported_apart_and_a_seed_draws_other_heldout_requ
     assert [[r.text for r in s] for s in sent["generator"]] == [
         [e.text for e in generate("heldout", 5, 1)], [e.text for e in generate("heldout", 5, 0)]]
     assert sent["authored"][0] == authored("heldout") and sent["field"][0] == field_set()
-    # The turn runner routes the new message alone: so does the benchmark unless asked otherwise.
-    assert [r.text for r in sent["follow-up"][1]] == [r.text for r in followups("heldout", 0)]
-    assert all(r.context is None for r in sent["follow-up"][1])
+    # The turn runner shows L0 the previous turn: so does the benchmark unless asked otherwise.
+    assert sent["follow-up"][1] == followups("heldout", 0) and all(r.context for r in sent["follow-up"][1])
     report = json.loads(out.read_text())
     assert report["seed"] == 0 and set(report["sets"]) == {"heldout", "authored", "field", "follow-up"}
-    assert report["context_block"] is False
-    args = build_parser().parse_args(["bench", "routing", "--per-label", "5", "--context-block",
+    assert report["context_block"] is True
+    args = build_parser().parse_args(["bench", "routing", "--per-label", "5", "--no-context-block",
                                       "--base-url", "http://127.0.0.1:1", "--out", str(out)])
     assert args.func(args) == 0
-    assert sent["follow-up"][2] == followups("heldout", 0) and all(r.context for r in sent["follow-up"][2])
+    assert [r.text for r in sent["follow-up"][2]] == [r.text for r in followups("heldout", 0)]
+    assert all(r.context is None for r in sent["follow-up"][2])
     assert report["sets"]["field"]["samples"] == len(field_set())
 
 
