@@ -46,7 +46,7 @@ def prompts(seed: int = 0) -> list[str]:
 
 
 def keep(ask: str, answer: str, finish_reason: str | None) -> bool:
-    from macaron_ray.bench.quality import repetition_loop
+    from macaron_ray.core.text import repetition_loop
 
     folded = " ".join(answer.casefold().split())
     return (finish_reason == "stop" and len(answer.split()) >= 3 and "```" not in answer

@@ -11,8 +11,9 @@ and their checks are `adapters/data/quality.yaml` (never trained on).
     L3 GenUI    the component block parses under `specialists.components` and contains what
                 was asked
     summaries   the summary hop on a delivered turn: recall of its names, numbers and dates,
-                length in tokens; then the next request, to another specialist whose own-view
-                shows that summary: the rate of answers that parrot the summary's form
+                length in tokens, loops (and how many the runner would replace by the user
+                message); then the next request, to another specialist whose own-view shows
+                what the runner stores: the rate of answers that parrot the summary
 
 Base rows run the same hops on the base: its own summaries, its own answers.
 """
@@ -37,7 +38,10 @@ from macaron_ray.adapters.answer_data import TOOLS
 from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 from macaron_ray.core.conversation import Message, TurnMeta, split_turns
 from macaron_ray.core.own_view import own_view
-from macaron_ray.core.summary_hop import SUMMARY_BUDGET_TOKENS, answer_digest, summary_messages
+from macaron_ray.core.summary_hop import (
+    SUMMARY_BUDGET_TOKENS, answer_digest, fallback_summary, summary_messages, usable,
+)
+from macaron_ray.core.text import repetition_loop
 from macaron_ray.paths import PACKAGE_DIR
 from macaron_ray.specialists.components import ComponentError, component_block, parse_components
 
@@ -80,16 +84,6 @@ def chrf(hypothesis: str, reference: str) -> float:
     from sacrebleu.metrics import CHRF
 
     return CHRF().sentence_score(hypothesis, [reference]).score
-
-
-_LOOP = re.compile(r"(\S.{3,79}?)(?:\s*\1){3,}", re.S)
-_CODE_FENCE = re.compile(r"```.*?(```|$)", re.S)
-
-
-def repetition_loop(text: str) -> bool:
-    """A unit of 4..80 characters repeated at least four times in a row, outside code blocks."""
-    prose = " ".join(_CODE_FENCE.sub(" ", text).split())
-    return _LOOP.search(prose) is not None
 
 
 def _normal(text: str) -> str:
@@ -210,6 +204,8 @@ class Reply:
 def complete(client: httpx.Client, base_url: str, model: str, messages: list[dict], max_tokens: int,
              tools: list[dict] | None = None) -> Reply:
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
+    if messages[-1]["role"] == "assistant":  # a reply begun in the prompt (the summary hop's subject)
+        body.update(continue_final_message=True, add_generation_prompt=False)
     if tools:
         body["tools"] = tools
     resp = client.post(f"{base_url}/v1/chat/completions", json=body)
@@ -303,17 +299,24 @@ class Runner:
                             for i, r, (p, c) in zip(items, replies, checks)]}
 
     def summaries(self, items: list[dict]) -> dict:
-        summaries = self.many([("L0", summary_messages(i["user"], _turn(i)[0]), SUMMARY_BUDGET_TOKENS, None)
-                               for i in items])
-        nexts = self.many([(i["next"]["label"], next_view(i, s.text), MAX_TOKENS["chat"], None)
-                           for i, s in zip(items, summaries)])
+        # As the runner sends it: the answering specialist's subject begins the summary.
+        prompts = [summary_messages(i["user"], _turn(i)[0], i["label"]) for i in items]
+        replies = self.many([("L0", p, SUMMARY_BUDGET_TOKENS, None) for p in prompts])
+        summaries = [Reply(p[-1]["content"] + r.text if p[-1]["role"] == "assistant" else r.text, r.calls,
+                           r.completion_tokens, r.finish_reason) for p, r in zip(prompts, replies)]
+        # What the runner stores: an unusable summary (empty, looping) is replaced by the user message.
+        shown = [s.text.strip() if usable(r.text) else fallback_summary(i["user"])
+                 for s, r, i in zip(summaries, replies, items)]
+        nexts = self.many([(i["next"]["label"], next_view(i, text), MAX_TOKENS["chat"], None)
+                           for i, text in zip(items, shown)])
         recall = [entity_recall(s.text, i["keep"]) for s, i in zip(summaries, items)]
-        parroted = [parrots(n.text, s.text) for n, s in zip(nexts, summaries)]
+        parroted = [parrots(n.text, text) for n, text in zip(nexts, shown)]
         return {"entity_recall": sum(recall) / len(recall),
                 "tokens_mean": sum(s.completion_tokens for s in summaries) / len(summaries),
                 "tokens_max": max(s.completion_tokens for s in summaries),
                 "parroting": sum(parroted) / len(parroted),
                 "loops": sum(repetition_loop(s.text) for s in summaries) / len(summaries),
+                "replaced": sum(not usable(r.text) for r in replies) / len(replies),
                 "samples": [{"user": i["user"], "summary": s.text, "recall": round(r, 2), "next": n.text, "parrots": p}
                             for i, s, n, r, p in zip(items, summaries, nexts, recall, parroted)]}
 

@@ -279,11 +279,14 @@ class TurnRunner:
         finally:
             span.end()
 
-    async def summarize(self, user_text: str, digest: str, parent: Span | None = None) -> str:
+    async def summarize(self, user_text: str, digest: str, parent: Span | None = None, label: str | None = None) -> str:
+        """The summary hop on a turn `label` answered (its subject begins the summary)."""
         entry = self.registry.entry_label
-        req = EngineRequest(adapter=self.registry.adapter(entry),
-                            messages=summary_hop.summary_messages(user_text, digest),
-                            max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0)
+        messages = summary_hop.summary_messages(user_text, digest, label)
+        begun = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+        req = EngineRequest(adapter=self.registry.adapter(entry), messages=messages,
+                            max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0,
+                            continue_final_message=bool(begun))
         span = self.tracer.start("summary", parent)
         try:
             text, final = await self._call_router(req)
@@ -294,14 +297,17 @@ class TurnRunner:
         finally:
             span.end()
         self.metrics.tokens("summary", entry, final.usage if final else None)
-        return text.strip() or summary_hop.fallback_summary(user_text)
+        if not summary_hop.usable(text):
+            logger.info("summary hop output unusable (empty or a repetition loop); the user message stands in")
+            return summary_hop.fallback_summary(user_text)
+        return (begun + text).strip()
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
                          timing: HopTiming | None = None, parent: Span | None = None) -> str | None:
         for attempt in range(1, self.summary_attempts + 1):
             started = time.perf_counter()
             try:
-                summary = await self.summarize(user_text, digest, parent)
+                summary = await self.summarize(user_text, digest, parent, label)
                 elapsed = time.perf_counter() - started
                 await self.store.set_summary(tenant, key, summary, elapsed)
             except Exception as exc:  # noqa: BLE001 - any failure is retried, then left pending

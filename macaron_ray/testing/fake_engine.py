@@ -3,7 +3,8 @@
 - Route requests (those with `choice`) are answered by `router(user_text)` (the new
   message, without the context block), by default a keyword rule; it may return a
   non-label to exercise the fallback.
-- Summary requests (the summary scaffold as system prompt) get "Summary: <user text>".
+- Summary requests (the summary scaffold as system prompt) get `summarizer(user text)`,
+  by default "Summary: <user text>".
 - Answers echo the adapter and the last user text in word-sized chunks; when tools
   are offered and the user text contains "tool:<name>", the answer is one call
   to that tool.
@@ -56,6 +57,8 @@ class WhitespaceTokenCounter:
 @dataclass
 class FakeEngine:
     router: Callable[[str], str] = keyword_router
+    summarizer: Callable[[str], str] = lambda asked: f"Summary: {asked}"
+    """The summary of a turn, from its user message."""
     tag: Callable[[str], str] = lambda adapter: adapter
     """How an answer names the adapter that made it (tests of private names map it to a label)."""
     chunk_delay_s: float = 0.0
@@ -105,7 +108,8 @@ class FakeEngine:
             return [label], ()
         if kind == "summary":
             asked = user.split("\n", 1)[0].removeprefix("User: ")
-            return [f"Summary: {asked}"], ()
+            summary = self.summarizer(asked)
+            return [" " + summary if req.continue_final_message else summary], ()  # after the begun subject
         last = req.messages[-1]
         if last["role"] == "tool":
             return [f"[{self.tag(req.adapter)}]", " done:", f" {last.get('content')}"], ()

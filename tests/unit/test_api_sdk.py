@@ -304,7 +304,7 @@ def test_summaries_finish_in_the_background(oai, api):
             if meta.summary:
                 return meta.summary
             await asyncio.sleep(0.02)
-    assert asyncio.run(summary()) == "Summary: write python code"
+    assert asyncio.run(summary()) == "The coding assistant Summary: write python code"
 
 
 def _only_turn(api) -> tuple[str, str]:

@@ -8,6 +8,7 @@ import pytest
 
 from macaron_ray import prompts
 from macaron_ray.core.conversation import FunctionCall, HistoryError, Message, ToolCall, split_turns
+from macaron_ray.core import summary_hop
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.own_view import summary_note
 from macaron_ray.core.route_hop import RouteContext, route_messages
@@ -76,7 +77,10 @@ def test_route_hop_picks_the_specialist_that_answers(setup):
         assert final.timing.route_s is not None and final.timing.answer_ttft_s is not None
         assert final.timing.answer_s >= final.timing.answer_ttft_s
         meta = await runner.wait_summary(TENANT, final.turn_key)
-        assert meta.label == "L1" and meta.summary == "Summary: please book a table for two"
+        assert meta.label == "L1" and meta.summary == "The personal agent Summary: please book a table for two"
+        (summary,) = engine.of_kind("summary")  # the runner begins the summary with who answered
+        assert summary.continue_final_message and summary.messages[-1] == {"role": "assistant",
+                                                                           "content": "The personal agent"}
         assert meta.summary_s is not None and final.timing.summary_s == pytest.approx(meta.summary_s)
     asyncio.run(scenario())
 
@@ -102,7 +106,7 @@ def test_the_route_hop_sees_the_previous_turn(tmp_path):
         await run_turn(runner, h)
         third = engine.of_kind("route")[2]
         assert third.messages == route_messages(
-            "now add a reset button", context=RouteContext(f2.label, "Summary: make the buttons bigger"))
+            "now add a reset button", context=RouteContext(f2.label, "The user Summary: make the buttons bigger"))
     asyncio.run(scenario())
 
 
@@ -133,7 +137,7 @@ def test_scaffold_never_enters_a_view_and_other_turns_appear_as_summaries(setup)
             {"role": "user", "content": "write python code for sorting"},
             {"role": "assistant", "content": t1},
             {"role": "user", "content": "now book a table"},
-            summary_note("Summary: now book a table"),
+            summary_note("The personal agent Summary: now book a table"),
             {"role": "user", "content": "fix this python bug"},
         ]
         scaffold = {prompts.load("routing"), prompts.load("summary")}
@@ -192,7 +196,7 @@ def test_engine_error_rolls_back_and_the_same_turn_can_be_retried(setup):
         assert engine.of_kind("summary") == []
         _, final = await run_turn(runner, h)
         assert final.label == "L2"
-        assert (await runner.wait_summary(TENANT, key)).summary == "Summary: write python code"
+        assert (await runner.wait_summary(TENANT, key)).summary == "The coding assistant Summary: write python code"
         assert count(runner, TURNS_COMMITTED, specialist="L2", surface="chat") == 1
     asyncio.run(scenario())
 
@@ -246,7 +250,7 @@ def test_next_turn_waits_for_a_pending_summary(setup):
         kinds = [FakeEngine.kind(r) for r in engine.requests]
         # route1, answer1, route2 may interleave with summary1; answer2 must come after it.
         assert kinds.index("summary") < len(kinds) - 1 - kinds[::-1].index("answer")
-        assert engine.of_kind("answer")[-1].messages[1] == summary_note("Summary: write python code")
+        assert engine.of_kind("answer")[-1].messages[1] == summary_note("The coding assistant Summary: write python code")
     asyncio.run(scenario())
 
 
@@ -257,8 +261,20 @@ def test_failed_summary_is_retried_and_never_undelivers(setup):
     async def scenario():
         _, final = await run_turn(runner, [user("remind me to call mom")])
         meta = await runner.wait_summary(TENANT, final.turn_key)
-        assert meta.label == "L1" and meta.summary == "Summary: remind me to call mom"
+        assert meta.label == "L1" and meta.summary == "The personal agent Summary: remind me to call mom"
         assert len(engine.of_kind("summary")) == 3 and count(runner, SUMMARY_FAILURES) == 0
+    asyncio.run(scenario())
+
+
+def test_a_looping_summary_is_replaced_by_the_user_message(setup):
+    runner, engine, _ = setup
+    engine.summarizer = lambda asked: "The UI agent " + "(UI-AIM) " * 12
+
+    async def scenario():
+        _, final = await run_turn(runner, [user("write a regex for zip codes")])
+        meta = await runner.wait_summary(TENANT, final.turn_key)
+        assert meta.summary == summary_hop.fallback_summary("write a regex for zip codes")
+        assert "UI-AIM" not in meta.summary and count(runner, SUMMARY_FAILURES) == 0
     asyncio.run(scenario())
 
 
@@ -275,7 +291,7 @@ def test_cache_miss_is_rederived_not_an_error(setup, tmp_path):
         assert view[:4] == [{"role": "user", "content": "write python code"},
                             {"role": "assistant", "content": "print(1)"},
                             {"role": "user", "content": "book a table"},
-                            summary_note("Summary: book a table")]
+                            summary_note("The personal agent Summary: book a table")]
         # Another replica with the same store sees the same views without re-deriving.
         other = TurnRunner(registry(), FakeEngine(), SQLiteStore(tmp_path / "state.db"))
         await run_turn(other, h)
