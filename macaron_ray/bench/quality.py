@@ -39,7 +39,7 @@ from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 from macaron_ray.core.conversation import Message, TurnMeta, split_turns
 from macaron_ray.core.own_view import own_view
 from macaron_ray.core.summary_hop import (
-    SUMMARY_BUDGET_TOKENS, answer_digest, fallback_summary, summary_messages, usable,
+    SUMMARY_BUDGET_TOKENS, answer_digest, begun, stored_summary, summary_messages, usable,
 )
 from macaron_ray.core.text import repetition_loop
 from macaron_ray.paths import PACKAGE_DIR
@@ -302,11 +302,10 @@ class Runner:
         # As the runner sends it: the answering specialist's subject begins the summary.
         prompts = [summary_messages(i["user"], _turn(i)[0], i["label"]) for i in items]
         replies = self.many([("L0", p, SUMMARY_BUDGET_TOKENS, None) for p in prompts])
-        summaries = [Reply(p[-1]["content"] + r.text if p[-1]["role"] == "assistant" else r.text, r.calls,
-                           r.completion_tokens, r.finish_reason) for p, r in zip(prompts, replies)]
+        summaries = [Reply(begun(p) + r.text, r.calls, r.completion_tokens, r.finish_reason)
+                     for p, r in zip(prompts, replies)]
         # What the runner stores: an unusable summary (empty, looping) is replaced by the user message.
-        shown = [s.text.strip() if usable(r.text) else fallback_summary(i["user"])
-                 for s, r, i in zip(summaries, replies, items)]
+        shown = [stored_summary(p, r.text, i["user"]) for p, r, i in zip(prompts, replies, items)]
         nexts = self.many([(i["next"]["label"], next_view(i, text), MAX_TOKENS["chat"], None)
                            for i, text in zip(items, shown)])
         recall = [entity_recall(s.text, i["keep"]) for s, i in zip(summaries, items)]
@@ -322,7 +321,6 @@ class Runner:
 
 
 SECTIONS = ("chat", "agent", "coding", "ui", "summaries")
-HEADLINE = {"chat": "chrf", "agent": "exact", "coding": "passed", "ui": "contains", "summaries": "entity_recall"}
 
 
 def meets(section: str, adapter: dict, base: dict) -> bool:

@@ -283,10 +283,9 @@ class TurnRunner:
         """The summary hop on a turn `label` answered (its subject begins the summary)."""
         entry = self.registry.entry_label
         messages = summary_hop.summary_messages(user_text, digest, label)
-        begun = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
         req = EngineRequest(adapter=self.registry.adapter(entry), messages=messages,
                             max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0,
-                            continue_final_message=bool(begun))
+                            continue_final_message=bool(summary_hop.begun(messages)))
         span = self.tracer.start("summary", parent)
         try:
             text, final = await self._call_router(req)
@@ -299,8 +298,7 @@ class TurnRunner:
         self.metrics.tokens("summary", entry, final.usage if final else None)
         if not summary_hop.usable(text):
             logger.info("summary hop output unusable (empty or a repetition loop); the user message stands in")
-            return summary_hop.fallback_summary(user_text)
-        return (begun + text).strip()
+        return summary_hop.stored_summary(messages, text, user_text)
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
                          timing: HopTiming | None = None, parent: Span | None = None) -> str | None:

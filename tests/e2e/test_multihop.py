@@ -15,6 +15,7 @@ def test_multihop_switching_and_prefix_reuse(engine, tmp_path):
         if row["reentry"]:
             # Own-view is append-only: every whole KV block of the specialist's previous prompt is
             # served from the prefix cache (only whole blocks are cached; the share is reported).
-            assert row["cached_tokens"] >= row["previous_own_prompt_tokens"] // 32 * 32, row
+            block = engine.spec.block_size
+            assert row["cached_tokens"] >= row["previous_own_prompt_tokens"] // block * block, row
             assert row["reentry_whole_blocks_reused"], row
     assert all(r["summary_s"] is not None for r in result["rows"])
