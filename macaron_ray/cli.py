@@ -115,6 +115,24 @@ def _bench_pd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_hops(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import hops
+
+    if args.url:
+        if not args.metrics_url:
+            print("error: --url needs --metrics-url (the summary hop is read from the deployment's metrics)",
+                  file=sys.stderr)
+            return 2
+        result = hops.measure(args.url, args.metrics_url, args.out, think_time_s=args.think_time,
+                              max_tokens=args.max_tokens, model=args.model)
+    else:
+        result = hops.run_local(args.profile, args.out, think_time_s=args.think_time, max_tokens=args.max_tokens,
+                                port=args.port, log_dir=args.out.parent)
+    print(hops.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _loadtest(args: argparse.Namespace) -> int:
     from macaron_ray.loadtest import main as loadtest
     from macaron_ray.loadtest.client import LoadConfig, NotLoopback
@@ -126,7 +144,8 @@ def _loadtest(args: argparse.Namespace) -> int:
                          think_time_s=args.think_time, disconnect_rate=args.disconnect_rate,
                          max_tokens=args.max_tokens, seed=args.seed, allow_remote=args.allow_remote)
         report = loadtest.run(cfg, tuple(args.concurrency), args.out, None if args.no_plots else args.plots,
-                              traces=load_traces(args.traces) if args.traces else None, progress=not args.quiet)
+                              traces=load_traces(args.traces) if args.traces else None, progress=not args.quiet,
+                              metrics_urls=args.metrics_url)
     except (NotLoopback, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -228,6 +247,35 @@ def _dashboards_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def _k8s_render(args: argparse.Namespace) -> int:
+    from macaron_ray import k8s
+
+    try:
+        values = k8s.load_values(args.values, args.set)
+        manifests = k8s.render(values, release=args.release, namespace=args.namespace, chart_dir=args.chart)
+    except k8s.ChartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(k8s.format_manifests(manifests))
+    return 0
+
+
+def _k8s_lint(args: argparse.Namespace) -> int:
+    from macaron_ray import k8s
+
+    try:
+        values = k8s.load_values(args.values, args.set)
+    except k8s.ChartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    messages = k8s.lint(values, chart_dir=args.chart, namespace=args.namespace)
+    for m in messages:
+        print(f"[{m.severity}] {m.path}: {m.message}")
+    failures = k8s.lint_failures(messages)
+    print(f"{len(failures)} failure(s) (strict: warnings count)")
+    return 1 if failures else 0
+
+
 def _engine_options(p: argparse.ArgumentParser, name: str, cores: str = "0-1", adapters: bool = False) -> None:
     """Where a benchmark's engine comes from: started here (pinned to --cores), or --base-url."""
     p.add_argument("--cores", default=cores, help="cores the engine is pinned to")
@@ -287,6 +335,17 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_options(p, "multihop")
     p.set_defaults(func=_bench_multihop)
 
+    p = bench.add_parser("hops", help="the report's per-hop table and the routing overhead, on the local topology")
+    p.add_argument("--out", type=Path, default=Path(".bench/hops.json"))
+    p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml",
+                   help="deployed on a local Ray cluster for the run")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--url", help="measure a running deployment instead (loopback)")
+    p.add_argument("--metrics-url", nargs="+", help="with --url: its Prometheus endpoint(s)")
+    p.add_argument("--model", default=DEFAULT_PUBLIC_MODEL, help="with --url: its public model name")
+    p.add_argument("--think-time", type=float, default=10.0, help="seconds between turns in the second pass")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.set_defaults(func=_bench_hops)
     p = bench.add_parser("pd", help="decode TPOT under long prompts: PD vs aggregated, same run")
     p.add_argument("--out", type=Path, default=Path(".bench/pd.json"))
     p.add_argument("--pd-profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")
@@ -341,11 +400,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--traces", type=Path, help="a traces file (default: the suite's)")
     p.add_argument("--allow-remote", action="store_true", help="allow a target that is not a loopback address")
+    p.add_argument("--metrics-url", nargs="+", help="the deployment's Prometheus endpoint(s), for the summary hop "
+                   "(standalone: URL/metrics; `macaron serve` prints Ray's)")
     p.add_argument("--out", type=Path, default=Path(".bench/loadtest.json"))
     p.add_argument("--plots", type=Path, default=Path(".bench/loadtest"), help="directory for the PNG plots")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_loadtest)
+
+    k8s = sub.add_parser("k8s", help="the KubeRay Helm chart k8s/macaron, through Helm's own engine (no helm binary)"
+                         ).add_subparsers(dest="action", required=True)
+    for action, func, text in (("render", _k8s_render, "print the manifests, as `helm template` does"),
+                               ("lint", _k8s_lint, "`helm lint --strict` with these values")):
+        p = k8s.add_parser(action, help=text)
+        p.add_argument("--values", "-f", type=Path, action="append", required=True,
+                       help="a values file, e.g. k8s/macaron/values-cpu.yaml (repeat: later files win)")
+        p.add_argument("--set", action="append", default=[], help="key=value, as helm's --set (after the files)")
+        p.add_argument("--release", default="macaron", help="the release name (default %(default)s)")
+        p.add_argument("--namespace", "-n", default="default")
+        p.add_argument("--chart", type=Path, default=PACKAGE_ROOT / "k8s" / "macaron")
+        p.set_defaults(func=func)
 
     from macaron_ray.plan.report import add_plan_parser
 

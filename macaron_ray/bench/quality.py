@@ -44,6 +44,7 @@ from macaron_ray.core.summary_hop import (
 from macaron_ray.core.text import repetition_loop
 from macaron_ray.paths import PACKAGE_DIR
 from macaron_ray.specialists.components import ComponentError, component_block, parse_components
+from macaron_ray.specialists.labels import EMBEDDED_ANSWER_SAMPLING
 
 DATA = PACKAGE_DIR / "adapters" / "data" / "quality.yaml"
 BASE = "base"
@@ -202,8 +203,9 @@ class Reply:
 
 
 def complete(client: httpx.Client, base_url: str, model: str, messages: list[dict], max_tokens: int,
-             tools: list[dict] | None = None) -> Reply:
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
+             tools: list[dict] | None = None, sampling: dict | None = None) -> Reply:
+    """sampling: the answering specialist's penalties (`EMBEDDED_ANSWER_SAMPLING`)."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, **(sampling or {})}
     if messages[-1]["role"] == "assistant":  # a reply begun in the prompt (the summary hop's subject)
         body.update(continue_final_message=True, add_generation_prompt=False)
     if tools:
@@ -247,14 +249,21 @@ def next_view(item: dict, summary: str) -> list[dict]:
 
 class Runner:
     def __init__(self, base_url: str, models: dict[str, str]):
-        """models: label -> engine model name (an adapter id, or the base for every label)."""
+        """models: label -> engine model name (an adapter id, or the base for every label). Answer
+        hops use each specialist's sampling (`EMBEDDED_ANSWER_SAMPLING`), whichever
+        model serves them, so adapter and base are compared as the runner would send them."""
         self.base_url, self.models = base_url, models
         self.client = httpx.Client(timeout=300.0)
         self.pool = ThreadPoolExecutor(CONCURRENCY)
 
-    def many(self, jobs: list[tuple[str, list[dict], int, list[dict] | None]]) -> list[Reply]:
-        return list(self.pool.map(lambda j: complete(self.client, self.base_url, self.models[j[0]], j[1], j[2], j[3]),
-                                  jobs))
+    def many(self, jobs: list[tuple[str, list[dict], int, list[dict] | None]], answer: bool = True) -> list[Reply]:
+        """answer: the jobs are answer hops (False: summary hops, sent with the engine's defaults)."""
+        def one(job):
+            label, messages, max_tokens, tools = job
+            sampling = EMBEDDED_ANSWER_SAMPLING.get(label) if answer else None
+            return complete(self.client, self.base_url, self.models[label], messages, max_tokens, tools, sampling)
+
+        return list(self.pool.map(one, jobs))
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -301,7 +310,7 @@ class Runner:
     def summaries(self, items: list[dict]) -> dict:
         # As the runner sends it: the answering specialist's subject begins the summary.
         prompts = [summary_messages(i["user"], _turn(i)[0], i["label"]) for i in items]
-        replies = self.many([("L0", p, SUMMARY_BUDGET_TOKENS, None) for p in prompts])
+        replies = self.many([("L0", p, SUMMARY_BUDGET_TOKENS, None) for p in prompts], answer=False)
         summaries = [Reply(begun(p) + r.text, r.calls, r.completion_tokens, r.finish_reason)
                      for p, r in zip(prompts, replies)]
         # What the runner stores: an unusable summary (empty, looping) is replaced by the user message.

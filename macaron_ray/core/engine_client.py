@@ -33,6 +33,9 @@ class EngineRequest:
     continue_final_message: bool = False
     """The last message is the assistant's reply begun: the output continues it (no new turn)."""
     seed: int | None = None
+    repetition_penalty: float | None = None
+    """vLLM's multiplicative penalty on tokens already in the prompt or output (None: the engine's 1.0)."""
+    frequency_penalty: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from macaron_ray.specialists.labels import ROLES
+from macaron_ray.specialists.labels import EMBEDDED_ANSWER_SAMPLING, ROLES
 
 DEFAULT_PUBLIC_MODEL = "Macaron-V1-Venti"
+
+
+class AnswerSampling(BaseModel):
+    """A specialist's sampling for its answers (None: the engine's default). The route and
+    summary hops never use it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
 
 
 class Specialist(BaseModel):
@@ -19,6 +28,7 @@ class Specialist(BaseModel):
     adapter_id: str = Field(min_length=1)
     """Private: the engine-side adapter name."""
     description: str = Field(min_length=1)
+    answer_sampling: AnswerSampling = AnswerSampling()
 
 
 class SpecialistRegistry(BaseModel):
@@ -45,11 +55,14 @@ class SpecialistRegistry(BaseModel):
     def labels(self) -> tuple[str, ...]:
         return tuple(s.label for s in self.specialists)
 
-    def adapter(self, label: str) -> str:
+    def get(self, label: str) -> Specialist:
         for s in self.specialists:
             if s.label == label:
-                return s.adapter_id
+                return s
         raise KeyError(label)
+
+    def adapter(self, label: str) -> str:
+        return self.get(label).adapter_id
 
     @classmethod
     def from_manifest(cls, public_model: str = DEFAULT_PUBLIC_MODEL) -> "SpecialistRegistry":
@@ -58,5 +71,6 @@ class SpecialistRegistry(BaseModel):
 
         manifest = Manifest.load()
         return cls(public_model=public_model, specialists=tuple(
-            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES[a.label])
+            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES[a.label],
+                       answer_sampling=AnswerSampling(**EMBEDDED_ANSWER_SAMPLING.get(a.label, {})))
             for a in manifest.adapters))

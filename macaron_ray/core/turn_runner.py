@@ -178,10 +178,12 @@ class TurnRunner:
             m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
 
             view = self.view(label, history.instructions, past, current)
+            specialist = self.registry.get(label)
             answer = EngineRequest(
-                adapter=self.registry.adapter(label), messages=view, tools=req.tools, tool_choice=req.tool_choice,
+                adapter=specialist.adapter_id, messages=view, tools=req.tools, tool_choice=req.tool_choice,
                 max_tokens=req.sampling.max_tokens, temperature=req.sampling.temperature,
-                top_p=req.sampling.top_p, stop=req.sampling.stop, seed=req.sampling.seed)
+                top_p=req.sampling.top_p, stop=req.sampling.stop, seed=req.sampling.seed,
+                **specialist.answer_sampling.model_dump())
             text: list[str] = []
             hop = self.tracer.start("answer", span, specialist=label)
             started = time.perf_counter()

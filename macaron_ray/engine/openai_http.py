@@ -16,7 +16,8 @@ from macaron_ray.core.engine_client import (
 def request_body(req: EngineRequest) -> dict:
     body: dict = {"model": req.adapter, "messages": req.messages, "stream": True,
                   "stream_options": {"include_usage": True}, "temperature": req.temperature}
-    for name in ("tools", "tool_choice", "max_tokens", "top_p", "stop", "seed"):
+    for name in ("tools", "tool_choice", "max_tokens", "top_p", "stop", "seed", "repetition_penalty",
+                 "frequency_penalty"):
         value = getattr(req, name)
         if value is not None:
             body[name] = value

@@ -7,24 +7,33 @@ import json
 from pathlib import Path
 
 from macaron_ray.loadtest.client import LoadConfig, run_level
-from macaron_ray.loadtest.report import records_json, summarize
+from macaron_ray.loadtest.hops import REPORT_TABLE_1, HopScraper, hop_table
+from macaron_ray.loadtest.report import records_json, summarize, user_hop_mean
 from macaron_ray.loadtest.traces import Traces, load_traces
 
 
 def run(cfg: LoadConfig, levels: tuple[int, ...], out: Path, plots_dir: Path | None = None,
-        traces: Traces | None = None, progress: bool = True) -> dict:
-    """Each level plays `cfg.conversations` conversations within `cfg`'s budget, one level after another."""
+        traces: Traces | None = None, progress: bool = True, metrics_urls: list[str] | None = None) -> dict:
+    """Each level plays `cfg.conversations` conversations within `cfg`'s budget, one level after another.
+    `metrics_urls`: the deployment's Prometheus endpoints, for the summary hop (see `hops`)."""
     traces = traces or load_traces()
     report: dict = {"config": {k: v for k, v in vars(cfg).items() if k != "api_key"}, "levels": []}
+    scraper = HopScraper(metrics_urls) if metrics_urls else None
     all_records = []
     for level in levels:
+        before = scraper.read() if scraper else None
         bar = _progress(cfg.max_requests, f"{cfg.surface} x{level}") if progress else None
         try:
             records, wall_s = asyncio.run(run_level(cfg, traces, level, bar))
         finally:
             if bar is not None:
                 bar.close()
-        report["levels"].append({"concurrency": level, **summarize(records, wall_s)})
+        summary = scraper.after(before)["summary"] if scraper else None
+        report["levels"].append({
+            "concurrency": level, **summarize(records, wall_s),
+            "hop_table": hop_table(user_hop_mean(records, "route"), user_hop_mean(records, "answer"),
+                                   summary.mean if summary else None),
+            "summary_hops": int(summary.count) if summary else None})
         all_records += records
     report["records"] = records_json(all_records)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,4 +67,18 @@ def format_report(report: dict) -> str:
                      f"{req['disconnected']:>5} {lv['throughput_turns_per_s']:>8.2f} {p('route', 'p50'):>9} "
                      f"{p('answer', 'p50'):>10} {p('client_total', 'p50'):>8} {p('client_total', 'p95'):>8} "
                      f"{(f'{share:.1%}' if share is not None else '-'):>8}")
+    for lv in report["levels"]:
+        lines.append(f"  x{lv['concurrency']} {format_hop_table(lv['hop_table'])}")
+    lines.append("  report Table 1: " + "; ".join(
+        f"{name} route {t['route_s']:.2f} s, summary {t['summary_s']:.2f} s, share {t['share']:.0%}"
+        for name, t in REPORT_TABLE_1.items()))
     return "\n".join(lines)
+
+
+def format_hop_table(t: dict) -> str:
+    def s(v: float | None) -> str:
+        return f"{v:.3f} s" if v is not None else "-"
+
+    share = f"{t['share']:.1%}" if t["share"] is not None else "- (summary needs --metrics-url)"
+    return (f"mean hops per user turn: route {s(t['route_s'])}, answer {s(t['answer_s'])}, "
+            f"summary {s(t['summary_s'])}; route + summary share {share}")

@@ -67,6 +67,13 @@ def unattributed_s(record: RequestRecord) -> float | None:
     return s["total"] - (s.get("route", 0.0) + s.get("wait", 0.0) + s["answer"])
 
 
+def user_hop_mean(records: list[RequestRecord], hop: str) -> float | None:
+    """Mean of one Server-Timing hop over the user turns that succeeded (tool results are left out:
+    they have no route hop and no summary)."""
+    values = hop_values([r for r in records if r.ok and r.kind == "user"], hop)
+    return sum(values) / len(values) if values else None
+
+
 def summarize(records: list[RequestRecord], wall_s: float) -> dict:
     """Counts, per-hop latency, routing overhead and throughput of one run (one concurrency)."""
     done = [r for r in records if r.ok]

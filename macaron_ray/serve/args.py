@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, Specialist, SpecialistRegistry
-from macaron_ray.specialists.labels import ROLES
+from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, AnswerSampling, Specialist, SpecialistRegistry
+from macaron_ray.specialists.labels import EMBEDDED_ANSWER_SAMPLING, ROLES
 
 EMBEDDED = "embedded"
 """The committed default: SmolLM2-135M-Instruct prepared from its wheel, the four built adapters."""
@@ -64,6 +64,8 @@ class AdapterArgs(_Strict):
     target_modules: list[str] | None = Field(default=None, min_length=1)
     """The modules the adapter trains (peft's names). When every adapter names them, engines
     put LoRA on those modules only (`lora_target_modules`), not on every module vLLM supports."""
+    answer_sampling: AnswerSampling = AnswerSampling()
+    """The specialist's sampling for its answers (penalties; None: the engine's defaults)."""
 
 
 class StoreArgs(_Strict):
@@ -247,12 +249,14 @@ class AppArgs(_Strict):
 
         manifest = Manifest.load(BUILT_DIR)
         return [AdapterArgs(label=a.label, adapter_id=a.adapter_id, path=str(BUILT_DIR / a.path), rank=a.rank,
-                            target_modules=list(a.target_modules))
+                            target_modules=list(a.target_modules),
+                            answer_sampling=AnswerSampling(**EMBEDDED_ANSWER_SAMPLING.get(a.label, {})))
                 for a in manifest.adapters]
 
     def registry(self) -> SpecialistRegistry:
         return SpecialistRegistry(public_model=self.public_model, specialists=tuple(
-            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES.get(a.label, a.label))
+            Specialist(label=a.label, adapter_id=a.adapter_id, description=ROLES.get(a.label, a.label),
+                       answer_sampling=a.answer_sampling)
             for a in self.adapter_list()))
 
     def base_source(self, *, prepare: bool = False) -> str:

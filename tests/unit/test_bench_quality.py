@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from macaron_ray import prompts
@@ -135,14 +137,20 @@ def test_no_benchmark_request_is_trained_on():
 def test_the_cli_scores_adapters_against_the_base_on_the_same_prompts(monkeypatch, tmp_path):
     from macaron_ray.adapters.manifest import Manifest
     from macaron_ray.cli import build_parser
+    from macaron_ray.specialists.labels import EMBEDDED_ANSWER_SAMPLING
 
     adapter_ids = {a.adapter_id for a in Manifest.load().adapters}
     seen: dict[str, list] = {"adapter": [], "base": []}
+    penalties: dict[str, set] = {"adapter": set(), "base": set()}
 
-    def complete(client, base_url, model, messages, max_tokens, tools=None):
+    def complete(client, base_url, model, messages, max_tokens, tools=None, sampling=None):
         who = "base" if model == quality.BASE else "adapter"
         assert who == "base" or model in adapter_ids
         seen[who].append(messages)
+        if messages[0]["content"] != prompts.load("summary"):  # answer hops: the specialist's sampling
+            penalties[who].add(json.dumps(sampling))
+        else:
+            assert sampling is None
         if who == "base":
             return quality.Reply("I'm here. I'm here. I'm here. I'm here.", [], 12, "length")
         ask = messages[-1]["content"]
@@ -155,10 +163,12 @@ def test_the_cli_scores_adapters_against_the_base_on_the_same_prompts(monkeypatc
     args = build_parser().parse_args(["bench", "quality", "--sections", "chat", "summaries",
                                       "--base-url", "http://127.0.0.1:1", "--out", str(out)])
     assert args.func(args) == 0
-    report = __import__("json").loads(out.read_text())
+    report = json.loads(out.read_text())
     assert set(report["sections"]) == {"chat", "summaries"}
     # Same prompts for both (the summaries' next requests differ only by the summary shown).
     assert len(seen["adapter"]) == len(seen["base"])
+    # Both sides answer with the sampling the runner sends: L0 chat, and the next L1-L3 request.
+    assert penalties["adapter"] == penalties["base"] == {json.dumps(EMBEDDED_ANSWER_SAMPLING["L0"]), "null"}
     chat = report["sections"]["chat"]
     assert chat["base"]["loops"] == 1.0 and chat["adapter"]["loops"] == 0.0
     assert chat["base"]["distinct"] < chat["adapter"]["distinct"] == 1.0

@@ -102,6 +102,27 @@ def test_report_math_on_synthetic_timings():
     assert s["unattributed_s"]["max"] == pytest.approx(0.1) and s["unattributed_s"]["n"] == 3
 
 
+def test_hop_histograms_are_summed_over_label_sets_and_differenced():
+    from macaron_ray.loadtest.hops import Totals, hop_table, histogram_totals
+    from macaron_ray.observability.metrics import ROUTE_HOP, SUMMARY_HOP, MoLMetrics, PrometheusExporter
+    from prometheus_client import generate_latest
+
+    exporter = PrometheusExporter()
+    metrics = MoLMetrics(exporter)
+    metrics.summary_hop.observe(1.0, specialist="L1", surface="chat")
+    before = histogram_totals(generate_latest(exporter.registry).decode(), SUMMARY_HOP)
+    metrics.summary_hop.observe(2.0, specialist="L2", surface="chat")
+    metrics.summary_hop.observe(4.0, specialist="L2", surface="messages")
+    metrics.route_hop.observe(0.5, specialist="L2", surface="chat")
+    text = generate_latest(exporter.registry).decode()
+    assert before == Totals(1.0, 1.0)
+    assert histogram_totals(text, SUMMARY_HOP) - before == Totals(6.0, 2.0)
+    assert (histogram_totals(text, SUMMARY_HOP) - before).mean == 3.0
+    assert histogram_totals(text, ROUTE_HOP) == Totals(0.5, 1.0) and Totals().mean is None
+    assert hop_table(0.5, 2.5, 2.0) == {"route_s": 0.5, "answer_s": 2.5, "summary_s": 2.0, "share": 0.5}
+    assert hop_table(0.5, 2.5, None)["share"] is None
+
+
 def test_the_timing_transport_reads_header_and_stream_comment_without_changing_the_body():
     body = b"data: {\"a\": 1}\n\n: server-timing ttft;dur=5.0, total;dur=20.0\n\ndata: [DONE]\n\n"
 
@@ -175,11 +196,19 @@ def test_the_cli_writes_the_report_and_plots(api, tmp_path):
     out, plots = tmp_path / "lt.json", tmp_path / "plots"
     args = build_parser().parse_args(["loadtest", "--url", api.base_url, "--model", PUBLIC_MODEL, "--quiet",
                                       "--concurrency", "1", "2", "--conversations", "2", "--max-requests", "20",
-                                      "--out", str(out), "--plots", str(plots)])
+                                      "--out", str(out), "--plots", str(plots),
+                                      "--metrics-url", f"{api.base_url}/metrics"])
     assert args.func(args) == 0
     report = json.loads(out.read_text())
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
     assert all(lv["requests"]["errors"] == {} for lv in report["levels"])
+    for lv in report["levels"]:
+        # Each level's summaries are its own (scraped before and after), one per user turn.
+        assert lv["summary_hops"] == lv["requests"]["user_turns_ok"] > 0
+        table = lv["hop_table"]
+        assert table["route_s"] > 0 and table["answer_s"] > 0 and table["summary_s"] > 0
+        assert table["share"] == pytest.approx((table["route_s"] + table["summary_s"])
+                                               / (table["route_s"] + table["answer_s"] + table["summary_s"]))
     assert "api_key" not in report["config"]
     assert sorted(p.name for p in plots.iterdir()) == ["latency_cdf.png", "routing_overhead.png",
                                                         "throughput_latency.png"]

@@ -54,3 +54,12 @@ def test_the_context_block_follows_the_cached_scaffold_and_is_cut_to_its_budget(
     block = RouteContext("L2", "word " * 200).block()
     assert block.startswith("Previous turn (L2): word") and block.endswith("…")
     assert len(block) <= len("Previous turn (L2): ") + ROUTE_CONTEXT_MAX_CHARS
+
+
+def test_an_answer_requests_penalties_reach_the_engine_only_when_set():
+    from macaron_ray.core.engine_client import EngineRequest
+
+    messages = [{"role": "user", "content": "hi"}]
+    body = request_body(EngineRequest("a", messages, repetition_penalty=1.1, frequency_penalty=0.3))
+    assert (body["repetition_penalty"], body["frequency_penalty"]) == (1.1, 0.3)
+    assert not {"repetition_penalty", "frequency_penalty"} & set(request_body(EngineRequest("a", messages)))

@@ -158,6 +158,9 @@ def test_local_cpu_profile_derives_each_engine():
     assert router["lora_target_modules"] == decode["lora_target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
     assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
+    # The embedded chat specialist's answers carry its repetition penalty; the others keep the engine's.
+    sampling = {s.label: s.answer_sampling.model_dump(exclude_none=True) for s in args.registry().specialists}
+    assert sampling == {"L0": {"repetition_penalty": 1.1, "frequency_penalty": 0.3}, "L1": {}, "L2": {}, "L3": {}}
     assert "kv_transfer_config" not in router
     assert router["kv_cache_memory_bytes"] == 2**27 and decode["kv_cache_memory_bytes"] == 3 * 2**27
     assert decode["enforce_eager"] and prefill["enforce_eager"] and "enforce_eager" not in router

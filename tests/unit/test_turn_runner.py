@@ -12,7 +12,7 @@ from macaron_ray.core import summary_hop
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.own_view import summary_note
 from macaron_ray.core.route_hop import RouteContext, route_messages
-from macaron_ray.core.registry import Specialist, SpecialistRegistry
+from macaron_ray.core.registry import AnswerSampling, Specialist, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
 from macaron_ray.observability.metrics import (
     OWNVIEW_CACHE_MISSES, ROLLBACKS, ROUTER_NONCANONICAL, SUMMARY_FAILURES, TURNS_COMMITTED, MetricSpec,
@@ -328,4 +328,27 @@ def test_malformed_histories_are_client_errors(setup, messages, match):
         with pytest.raises(HistoryError, match=match):
             await run_turn(runner, messages)
         assert engine.requests == []
+    asyncio.run(scenario())
+
+
+def test_a_specialists_repetition_penalty_goes_with_its_answers_only(tmp_path):
+    chat = AnswerSampling(repetition_penalty=1.1, frequency_penalty=0.3)
+    specialists = [Specialist(label=f"L{i}", adapter_id=f"adapter-{i}", description=f"role {i}",
+                              answer_sampling=chat if i == 0 else AnswerSampling()) for i in range(4)]
+    engine = FakeEngine()
+    runner = TurnRunner(SpecialistRegistry(specialists=tuple(specialists)), engine, SQLiteStore(tmp_path / "s.db"),
+                        summary_retry_delay_s=0.0)
+
+    async def scenario():
+        _, chat = await run_turn(runner, [user("hello there")])
+        await runner.wait_summary(TENANT, chat.turn_key)
+        _, agent = await run_turn(runner, [user("please book a table for two")])
+        await runner.wait_summary(TENANT, agent.turn_key)
+        assert (chat.label, agent.label) == ("L0", "L1")
+        answers = {r.adapter: (r.repetition_penalty, r.frequency_penalty) for r in engine.of_kind("answer")}
+        assert answers == {"adapter-0": (1.1, 0.3), "adapter-1": (None, None)}
+        # L0 also routes and summarizes: those hops keep the engine's defaults.
+        hops = engine.of_kind("route") + engine.of_kind("summary")
+        assert {(r.repetition_penalty, r.frequency_penalty) for r in hops} == {(None, None)}
+
     asyncio.run(scenario())
