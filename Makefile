@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd plan adapters clean
+.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd bench-hops bench-all plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -34,6 +34,14 @@ bench-quality: install model
 # PD vs aggregated on a local Ray cluster (about 10 minutes); writes .bench/pd.json
 bench-pd: install model
 	$(MACARON) bench pd
+
+# The report's per-hop table and the routing overhead on the local topology (about 15 minutes)
+bench-hops: install model
+	$(MACARON) bench hops
+
+# Every benchmark above, one after another (about an hour); writes .bench/NAME.json and .bench/all.json
+bench-all: install model
+	$(MACARON) bench all
 
 # Rebuilds the committed adapters (minutes of CPU); `make serve` never trains.
 adapters: install model

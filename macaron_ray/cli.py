@@ -115,6 +115,33 @@ def _bench_pd(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_SUITE = ("routing", "quality", "multihop", "ownview", "hops", "pd")
+"""`macaron bench all`, in this order: one engine at a time, each started and stopped by its benchmark."""
+
+
+def _bench_all(args: argparse.Namespace) -> int:
+    """Each benchmark of the suite with its defaults, its JSON in --dir; a failed one does not stop
+    the rest. Writes DIR/all.json: each benchmark's exit status, seconds and JSON path."""
+    import json
+
+    runs: dict[str, dict] = {}
+    for name in [n for n in BENCH_SUITE if n not in args.skip]:
+        out = args.dir / f"{name}.json"
+        print(f"== macaron bench {name} --out {out}", flush=True)
+        started = time.monotonic()
+        try:
+            sub = build_parser().parse_args(["bench", name, "--out", str(out)])
+            rc = sub.func(sub)
+        except Exception as exc:  # noqa: BLE001 - reported, and the suite goes on
+            logging.getLogger("macaron.bench").exception("bench %s failed", name)
+            rc = f"{type(exc).__name__}: {exc}"
+        runs[name] = {"exit": rc, "seconds": round(time.monotonic() - started, 1), "out": str(out)}
+    args.dir.mkdir(parents=True, exist_ok=True)
+    (args.dir / "all.json").write_text(json.dumps(runs, indent=2) + "\n")
+    print("\n".join(f"{name:<9} exit {r['exit']}, {r['seconds']:.0f} s, {r['out']}" for name, r in runs.items()))
+    return 0 if all(r["exit"] == 0 for r in runs.values()) else 1
+
+
 def _bench_hops(args: argparse.Namespace) -> int:
     from macaron_ray.bench import hops
 
@@ -306,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures and write JSON").add_subparsers(
         dest="action", required=True)
+    p = bench.add_parser("all", help=f"the suite, one after another: {', '.join(BENCH_SUITE)} (about an hour)")
+    p.add_argument("--dir", type=Path, default=Path(".bench"), help="where each benchmark writes NAME.json")
+    p.add_argument("--skip", nargs="+", default=[], choices=BENCH_SUITE)
+    p.set_defaults(func=_bench_all)
     p = bench.add_parser("routing", help="L0 routing accuracy and route-hop latency on the held-out split")
     p.add_argument("--out", type=Path, default=Path(".bench/routing.json"))
     p.add_argument("--per-label", type=int, default=HELDOUT_PER_LABEL,
