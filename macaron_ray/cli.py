@@ -115,7 +115,7 @@ def _bench_pd(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH_SUITE = ("routing", "quality", "multihop", "ownview", "hops", "pd")
+BENCH_SUITE = ("routing", "quality", "multihop", "ownview", "hops", "ingress", "pd")
 """`macaron bench all`, in this order: one engine at a time, each started and stopped by its benchmark."""
 
 
@@ -140,6 +140,16 @@ def _bench_all(args: argparse.Namespace) -> int:
     (args.dir / "all.json").write_text(json.dumps(runs, indent=2) + "\n")
     print("\n".join(f"{name:<9} exit {r['exit']}, {r['seconds']:.0f} s, {r['out']}" for name, r in runs.items()))
     return 0 if all(r["exit"] == 0 for r in runs.values()) else 1
+
+
+def _bench_ingress(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import ingress
+
+    result = ingress.run(args.profile, args.out, levels=tuple(args.levels), duration_s=args.duration,
+                         max_requests=args.max_requests, port=args.port, log_dir=args.out.parent)
+    print(ingress.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
 
 
 def _bench_hops(args: argparse.Namespace) -> int:
@@ -377,6 +387,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--think-time", type=float, default=10.0, help="seconds between turns in the second pass")
     p.add_argument("--max-tokens", type=int, default=64)
     p.set_defaults(func=_bench_hops)
+    p = bench.add_parser("ingress", help="the MoL ingress's own time per turn vs Ray Serve LLM's OpenAiIngress, "
+                         "both over a zero-latency engine")
+    p.add_argument("--out", type=Path, default=Path(".bench/ingress.json"))
+    p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml",
+                   help="the ingress's sizing and store come from it; its engines are replaced")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64], help="concurrent conversations")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds per level")
+    p.add_argument("--max-requests", type=int, default=2000, help="per level")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=_bench_ingress)
     p = bench.add_parser("pd", help="decode TPOT under long prompts: PD vs aggregated, same run")
     p.add_argument("--out", type=Path, default=Path(".bench/pd.json"))
     p.add_argument("--pd-profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")

@@ -105,11 +105,14 @@ def build_app(args: dict[str, Any]) -> Application:
         answer = llm_deployment("decode", PDDecodeServer, prefill_server=llm_deployment("prefill", PDPrefillServer))
     else:
         answer = llm_deployment("answer", LLMServer)
+    return ingress_deployment(app_args).bind(app_args.model_dump(mode="json"), router, answer)
+
+
+def ingress_deployment(app_args: AppArgs):
+    """The MoLIngress deployment as the profile sizes and places it (bind it to router and answer)."""
     ingress = app_args.ingress
     actor_options: dict[str, Any] = {"num_cpus": ingress.num_cpus}
     if ingress.node_type:
         actor_options["resources"] = {node_type_resource(ingress.node_type): NODE_TYPE_SHARE}
-    deployment = serve.deployment(MoLIngress, name=INGRESS_DEPLOYMENT, num_replicas=ingress.num_replicas,
-                                  max_ongoing_requests=ingress.max_ongoing_requests,
-                                  ray_actor_options=actor_options)
-    return deployment.bind(app_args.model_dump(mode="json"), router, answer)
+    return serve.deployment(MoLIngress, name=INGRESS_DEPLOYMENT, num_replicas=ingress.num_replicas,
+                            max_ongoing_requests=ingress.max_ongoing_requests, ray_actor_options=actor_options)
