@@ -1,7 +1,7 @@
 """The KubeRay Helm chart (`k8s/macaron/`), rendered and linted with Helm's own engine.
 
 `helm-python-sdk` binds Helm's Go SDK (v4) through a C library in its wheel, so
-`macaron k8s render` prints exactly what `helm template` would, on a machine
+`macaron k8s render` prints the objects `helm template` renders, on a machine
 without the helm binary: the same template engine, the same values coalescing,
 the same `values.schema.json` check. Nothing here talks to a cluster.
 
