@@ -23,7 +23,7 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from macaron_ray.serve.args import (
-    DEPLOYMENT_PREFIX, EMBEDDED, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, node_type_resource,
+    DEPLOYMENT_PREFIX, EMBEDDED, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, StoreArgs, node_type_resource,
 )
 
 
@@ -66,15 +66,30 @@ class MoLIngress:
 
 
 def _open_store(args: AppArgs):
+    """The conversation store of one ingress replica; called once, when the replica starts."""
     if args.store.kind == "redis":
         from macaron_ray.store.redis import RedisStore
 
-        return RedisStore(args.store.url)
+        return RedisStore(_redis_url(args.store))
     from macaron_ray.paths import cache_dir
     from macaron_ray.store.sqlite import SQLiteStore
 
     return SQLiteStore(Path(args.store.path).expanduser() if args.store.path
                        else cache_dir() / "state" / f"{args.profile}.db")
+
+
+def _redis_url(store: StoreArgs) -> str:
+    """`store.url`, or the value of the env var `store.url_env` in this process's environment.
+
+    The error names the variable, never its value: the URL may carry a password."""
+    if not store.url_env:
+        return store.url
+    # A Secret made from a file often ends in a newline; no URL has surrounding whitespace.
+    url = os.environ.get(store.url_env, "").strip()
+    if not url:
+        raise RuntimeError(f"store.url_env: the env var {store.url_env} is unset or empty in this replica's "
+                           f"environment; it must hold the Redis URL (the Helm chart mounts it from a Secret)")
+    return url
 
 
 def _token_counter(args: AppArgs, counter_cls):

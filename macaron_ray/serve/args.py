@@ -73,14 +73,24 @@ class StoreArgs(_Strict):
     path: str | None = None
     """SQLite file (default: the cache dir); one node only."""
     url: str | None = None
-    """Redis URL; shared by every ingress replica."""
+    """Redis URL; shared by every ingress replica. It is written into the Serve config as it is:
+    a URL with a password belongs in `url_env`."""
+    url_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Name of an env var holding the Redis URL (e.g. mounted from a Kubernetes Secret), read by
+    each ingress replica when it starts. Exactly one of `url` and `url_env` for redis."""
 
     @model_validator(mode="after")
     def _where(self) -> "StoreArgs":
-        if self.kind == "redis" and not self.url:
-            raise ValueError("store.kind 'redis' needs store.url")
-        if self.kind == "sqlite" and self.url:
-            raise ValueError("store.url is for redis; sqlite takes store.path")
+        if self.kind == "redis":
+            if self.url and self.url_env:
+                raise ValueError("store.url and store.url_env: set one, not both")
+            if not (self.url or self.url_env):
+                raise ValueError("store.kind 'redis' needs store.url or store.url_env "
+                                 "(the name of an env var holding the URL)")
+        else:
+            for name in ("url", "url_env"):
+                if getattr(self, name):
+                    raise ValueError(f"store.{name} is for redis; sqlite takes store.path")
         return self
 
 

@@ -31,6 +31,8 @@ KUBE_VERSIONS = ("1.29.0", "1.37.0")
 """The chart's oldest Kubernetes (Chart.yaml kubeVersion) and the newest kubernetes-validate ships."""
 SERVE_PORT = 8000
 REDIS_PORT = 6379
+STORE_URL_ENV = "MACARON_STORE_URL"
+"""The env var the chart gives every Ray container the conversation store's URL in (args.store.url_env)."""
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -120,7 +122,8 @@ def test_the_packaged_chart_carries_the_linked_files_and_renders_the_same(tmp_pa
         member = members[f"macaron/{name}"]
         assert member.isfile() and tarfile.open(archive).extractfile(member).read() == (ROOT / source).read_bytes()
     assert not [n for n in members if "provisioning" in n or n.endswith("alerts_test.yaml")]  # .helmignore
-    values = values_of("values-venti-b300.yaml")
+    # A Redis password of the Secret's own: a generated one differs from render to render.
+    values = with_values(values_of("values-venti-b300.yaml"), redis__auth__existingSecret="macaron-redis-auth")
     assert k8s.render(values, chart_dir=Path(archive)) == k8s.render(values)
 
 
@@ -386,7 +389,7 @@ def test_each_monitoring_object_is_switchable(switch, kind, count):
 # -- the Serve config is the profile --------------------------------------------------------------
 
 
-def expected_serve_config(values: dict, fullname: str) -> dict:
+def expected_serve_config(values: dict) -> dict:
     """The profile file with exactly the changes the chart documents (macaron.serveConfig)."""
     doc = profile_doc(values)
     doc["http_options"] = {**doc.get("http_options", {}), "host": "0.0.0.0", "port": SERVE_PORT}
@@ -396,10 +399,8 @@ def expected_serve_config(values: dict, fullname: str) -> dict:
         if app["import_path"] != IMPORT_PATH:
             continue
         args = app["args"]
-        if store["mode"] == "internal":
-            args["store"] = {"kind": "redis", "url": f"redis://{fullname}-redis:{REDIS_PORT}/0"}
-        elif store["mode"] == "external":
-            args["store"] = {"kind": "redis", "url": store["externalUrl"]}
+        if store["mode"] in ("internal", "external"):
+            args["store"] = {"kind": "redis", "url_env": STORE_URL_ENV}
         ingress = args.setdefault("ingress", {})
         if values.get("api", {}).get("replicas") is not None:
             ingress["num_replicas"] = values["api"]["replicas"]
@@ -414,7 +415,7 @@ def expected_serve_config(values: dict, fullname: str) -> dict:
 def test_serve_config_is_the_profile_with_the_documented_changes(path):
     values = values_of(path.name)
     config = serve_config(render(values))
-    assert config == expected_serve_config(values, "macaron")
+    assert config == expected_serve_config(values)
     # And the changes are only those: the profile's applications apart from store and ingress.
     profile_apps = profile_doc(values)["applications"]
     strip = lambda apps: [{**a, "args": {k: v for k, v in a["args"].items() if k not in ("store", "ingress")}}
@@ -434,10 +435,12 @@ def test_serve_config_passes_ray_serve_and_appargs(path):
 
 def test_serve_config_follows_the_values_and_the_release():
     values = with_values(values_of("values-tall-h20.yaml"), api__replicas=6)
-    config = serve_config(render(values, release="prod"))
-    assert config == expected_serve_config(values, "prod-macaron")
+    manifests = render(values, release="prod")
+    config = serve_config(manifests)
+    assert config == expected_serve_config(values)
     args = AppArgs.model_validate(macaron_args(config))
-    assert args.ingress.num_replicas == 6 and args.store.url == "redis://prod-macaron-redis:6379/0"
+    assert args.ingress.num_replicas == 6 and args.store.url_env == STORE_URL_ENV
+    assert re.fullmatch(rf"redis://:\w{{32}}@prod-macaron-redis:{REDIS_PORT}/0", store_url(manifests))
     # null keeps the profile's replicas
     kept = with_values(values, api__replicas=None)
     assert macaron_args(serve_config(render(kept)))["ingress"]["num_replicas"] == 2
@@ -449,7 +452,7 @@ def test_the_serve_config_checks_can_fail():
 
     values = values_of("values-cpu.yaml")
     config = serve_config(render(values))
-    assert serve_config(render(with_values(values, api__replicas=3))) != expected_serve_config(values, "macaron")
+    assert serve_config(render(with_values(values, api__replicas=3))) != expected_serve_config(values)
     broken = copy.deepcopy(config)
     broken["proxy_location"] = "Everywhere"
     with pytest.raises(ValidationError):
@@ -578,20 +581,48 @@ def test_group_overrides_reach_the_pods_and_are_checked():
 # -- conversation store and API keys --------------------------------------------------------------
 
 
+def secret_data(manifests: list[k8s.Manifest], name: str) -> dict[str, str]:
+    """The decoded data of the chart's Secret `name`."""
+    import base64
+
+    secret = next(m.obj for m in manifests if m.kind == "Secret" and m.name == name)
+    return {**{k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()},
+            **secret.get("stringData", {})}
+
+
+def store_url_refs(manifests: list[k8s.Manifest]) -> list[dict]:
+    """The secretKeyRef of MACARON_STORE_URL on each Ray container (None where it is not set)."""
+    envs = [_key_env(c, STORE_URL_ENV) for c in ray_containers(one(manifests, "RayService"))]
+    return [e and e["valueFrom"]["secretKeyRef"] for e in envs]
+
+
+def store_url(manifests: list[k8s.Manifest]) -> str:
+    """The URL the Ray containers get, read from the chart's Secret."""
+    [ref] = {json.dumps(r, sort_keys=True) for r in store_url_refs(manifests)}
+    ref = json.loads(ref)
+    return secret_data(manifests, ref["name"])[ref["key"]]
+
+
 def test_internal_redis_is_a_statefulset_with_a_volume_behind_the_url_the_app_gets():
     values = values_of("values-tall-h20.yaml")
     manifests = render(values)
-    url = AppArgs.model_validate(macaron_args(serve_config(manifests))).store.url
-    host, port = re.fullmatch(r"redis://([^:/]+):(\d+)/0", url).groups()
+    assert AppArgs.model_validate(macaron_args(serve_config(manifests))).store.url_env == STORE_URL_ENV
+    password, host, port = re.fullmatch(r"redis://:(\w+)@([^:/]+):(\d+)/0", store_url(manifests)).groups()
     service = next(m.obj for m in manifests if m.kind == "Service" and m.name == host)
-    assert [p["port"] for p in service["spec"]["ports"]] == [int(port)]
+    assert [p["port"] for p in service["spec"]["ports"]] == [int(port)] == [REDIS_PORT]
     redis = one(manifests, "StatefulSet")
     pod_labels = redis["spec"]["template"]["metadata"]["labels"]
     assert pod_selected({"matchLabels": service["spec"]["selector"]}, pod_labels)
     claim = redis["spec"]["volumeClaimTemplates"][0]
     assert claim["spec"]["resources"]["requests"]["storage"] == values["redis"]["persistence"]["size"]
-    mounts = redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in mounts
+    container = redis["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in container["volumeMounts"]
+    # Redis requires the password in the URL, from the same Secret; redis-cli (the probe) sends it.
+    assert len(password) == 32 and secret_data(manifests, "macaron-redis-auth")["password"] == password
+    assert _key_env(container, "REDISCLI_AUTH") == {
+        "name": "REDISCLI_AUTH", "valueFrom": {"secretKeyRef": {"name": "macaron-redis-auth", "key": "password"}}}
+    args = container["args"]
+    assert args[args.index("--requirepass") + 1] == "$(REDISCLI_AUTH)" and "--protected-mode" not in args
     # Only this release's Ray pods may connect.
     policy = one(manifests, "NetworkPolicy")
     assert pod_selected(policy["spec"]["podSelector"], pod_labels)
@@ -601,17 +632,63 @@ def test_internal_redis_is_a_statefulset_with_a_volume_behind_the_url_the_app_ge
     assert not pod_selected(allowed, pod_labels)
 
 
-def test_external_redis_takes_the_url_and_runs_nothing():
+def test_internal_redis_with_an_existing_secret_uses_it_and_makes_none():
+    manifests = render(with_values(values_of("values-tall-h20.yaml"), redis__auth__existingSecret="redis-auth"))
+    assert not [m for m in manifests if m.kind == "Secret" and "redis" in m.name]
+    assert store_url_refs(manifests) == [{"name": "redis-auth", "key": "url"}] * len(store_url_refs(manifests))
+    redis = one(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert _key_env(redis, "REDISCLI_AUTH")["valueFrom"]["secretKeyRef"] == {"name": "redis-auth", "key": "password"}
+
+
+def test_external_redis_takes_the_url_from_a_secret_and_runs_nothing():
     values = with_values(values_of("values-tall-h20.yaml"),
-                         store={"mode": "external", "externalUrl": "redis://cache.llm:6379/2"})
+                         store={"mode": "external", "existingSecret": {"name": "llm-cache", "key": "redis-url"}})
     manifests = render(values)
-    assert not [m for m in manifests if "redis" in m.name]
-    assert macaron_args(serve_config(manifests))["store"] == {"kind": "redis", "url": "redis://cache.llm:6379/2"}
-    with pytest.raises(k8s.ChartError, match="store.mode external needs store.externalUrl"):
+    assert not [m for m in manifests if "redis" in m.name or m.kind == "Secret"]
+    assert macaron_args(serve_config(manifests))["store"] == {"kind": "redis", "url_env": STORE_URL_ENV}
+    refs = store_url_refs(manifests)
+    assert len(refs) > 1 and refs == [{"name": "llm-cache", "key": "redis-url"}] * len(refs)
+    # Or the URL in the values, put in a Secret by the chart.
+    inline = render(with_values(values, store={"mode": "external", "externalUrl": "redis://:pw@cache.llm:6379/2"}))
+    assert not [m for m in inline if "redis" in m.name]
+    assert store_url_refs(inline)[0] == {"name": "macaron-store", "key": "url"}
+    assert store_url(inline) == "redis://:pw@cache.llm:6379/2"
+    with pytest.raises(k8s.ChartError, match="store.mode external needs store.existingSecret.name"):
         render(with_values(values, store={"mode": "external"}))
-    # `profile` keeps the profile's own store
+    with pytest.raises(k8s.ChartError, match="set existingSecret.name or externalUrl, not both"):
+        render(with_values(values, store__externalUrl="redis://cache.llm:6379/2"))
+    # `profile` keeps the profile's own store, and no Ray container gets a URL.
     kept = render(with_values(values_of("values-cpu.yaml"), store={"mode": "profile"}))
     assert macaron_args(serve_config(kept))["store"] == {"kind": "sqlite"}
+    assert set(store_url_refs(kept)) == {None} and not [m for m in kept if m.kind == "Secret"]
+
+
+@pytest.mark.parametrize("store", [
+    {"mode": "internal"},
+    {"mode": "external", "existingSecret": {"name": "llm-cache", "key": "url"}},
+    {"mode": "external", "externalUrl": "redis://:s3cret@cache.llm:6379/2"}],
+    ids=["internal", "external-secret", "external-url"])
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.name)
+def test_no_redis_url_or_password_is_written_into_the_rayservice(path, store):
+    manifests = render(with_values(values_of(path.name), store=store))
+    rayservice = next(m for m in manifests if m.kind == "RayService")
+    assert "redis://" not in rayservice.text and "url:" not in rayservice.obj["spec"]["serveConfigV2"]
+    assert AppArgs.model_validate(macaron_args(serve_config(manifests))).store.url is None
+    if store["mode"] == "internal":
+        assert secret_data(manifests, "macaron-redis-auth")["password"] not in rayservice.text
+    elif "externalUrl" in store:
+        assert "s3cret" not in rayservice.text and "cache.llm" not in rayservice.text
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.name)
+def test_the_store_url_reaches_every_ray_container_from_the_secret(path):
+    manifests = render(values_of(path.name))
+    containers = ray_containers(one(manifests, "RayService"))
+    assert len(containers) >= 2  # the head and the worker groups: the ingress may run on any of them
+    for container in containers:
+        assert _key_env(container, STORE_URL_ENV) == {
+            "name": STORE_URL_ENV, "valueFrom": {"secretKeyRef": {"name": "macaron-redis-auth", "key": "url"}}}
+    assert store_url(manifests).startswith("redis://:")
 
 
 def _key_env(container: dict, name: str) -> dict | None:
@@ -629,7 +706,7 @@ def test_api_keys_reach_every_ray_container_from_a_secret(keys, secret_name):
     for container in ray_containers(one(manifests, "RayService")):
         assert _key_env(container, env_name) == {
             "name": env_name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "keys"}}}
-    secrets = [m.obj for m in manifests if m.kind == "Secret"]
+    secrets = [m.obj for m in manifests if m.kind == "Secret" and m.name == secret_name]
     if "inline" in keys:
         assert [s["stringData"] for s in secrets] == [{"keys": "k1,k2"}]
     else:
@@ -677,6 +754,13 @@ def test_upgrade_strategy_is_rendered_and_checked():
     (lambda v: v["redis"]["persistence"].update(size=10), "at '/redis/persistence/size': got number, want string"),
     (lambda v: v["rayService"].update(upgradeStrategy="BlueGreen"), "at '/rayService/upgradeStrategy'"),
     (lambda v: v["store"].update(mode="memcached"), "at '/store/mode'"),
+    (lambda v: v["store"].update(existingSecrets={"name": "x"}),
+     "at '/store': additional properties 'existingSecrets' not allowed"),
+    (lambda v: v["store"].update(existingSecret={"name": "x", "kye": "url"}),
+     "at '/store/existingSecret': additional properties 'kye' not allowed"),
+    (lambda v: v["store"].update(url="redis://cache:6379/0"), "at '/store': additional properties 'url' not allowed"),
+    (lambda v: v["redis"].update(auth={"existingSecret": "x", "password": "p"}),
+     "at '/redis/auth': additional properties 'password' not allowed"),
     (lambda v: v["monitoring"]["dashboards"].update(enabled="yes"),
      "at '/monitoring/dashboards/enabled': got string, want boolean"),
 ])
@@ -725,9 +809,12 @@ def test_macaron_k8s_render_prints_what_helm_renders(capsys):
     from macaron_ray.cli import main
 
     path = CHART / "values-tall-h20.yaml"
-    assert main(["k8s", "render", "--values", str(path), "--set", "api.replicas=3", "-n", "llm"]) == 0
+    # A Redis password of the Secret's own: a generated one differs from render to render.
+    assert main(["k8s", "render", "--values", str(path), "--set", "api.replicas=3",
+                 "--set", "redis.auth.existingSecret=redis-auth", "-n", "llm"]) == 0
     out = capsys.readouterr().out
-    expected = k8s.render(with_values(values_of(path.name), api__replicas=3), namespace="llm")
+    expected = k8s.render(with_values(values_of(path.name), api__replicas=3, redis__auth__existingSecret="redis-auth"),
+                          namespace="llm")
     assert out == k8s.format_manifests(expected)
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert [d["kind"] for d in docs] == [m.kind for m in expected]

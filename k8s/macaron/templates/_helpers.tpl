@@ -89,12 +89,46 @@ Empty when no keys are configured and the profile asks for none.
 {{- .Values.api.keys.existingSecret | default (printf "%s-api-keys" (include "macaron.fullname" .)) -}}
 {{- end -}}
 
-{{/* The conversation store's URL the app is given, or "" to keep the profile's store. */}}
-{{- define "macaron.storeUrl" -}}
-{{- if eq .Values.store.mode "internal" -}}
-{{- printf "redis://%s-redis:%s/0" (include "macaron.fullname" .) (include "macaron.redisPort" .) -}}
-{{- else if eq .Values.store.mode "external" -}}
-{{- required "store.mode external needs store.externalUrl (redis://host:port/db)" .Values.store.externalUrl -}}
+{{/*
+The conversation store. Unless store.mode is `profile`, the app reads the Redis URL from the env
+var MACARON_STORE_URL (args.store.url_env), which every Ray container takes from a Secret: the URL
+(and the password in it) is never written into the RayService.
+*/}}
+{{- define "macaron.storeUrlEnv" -}}
+{{- if ne .Values.store.mode "profile" -}}MACARON_STORE_URL{{- end -}}
+{{- end -}}
+
+{{/* The Secret the chart makes for the internal Redis (password and url), unless redis.auth.existingSecret. */}}
+{{- define "macaron.redisAuthSecret" -}}
+{{- .Values.redis.auth.existingSecret | default (printf "%s-redis-auth" (include "macaron.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Secret the chart makes from store.externalUrl. */}}
+{{- define "macaron.externalStoreSecret" -}}
+{{- printf "%s-store" (include "macaron.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The Secret and key MACARON_STORE_URL comes from, as YAML {name, key}; empty for store.mode profile.
+*/}}
+{{- define "macaron.storeUrlSecretRef" -}}
+{{- $store := .Values.store -}}
+{{- if eq $store.mode "internal" -}}
+name: {{ include "macaron.redisAuthSecret" . }}
+key: url
+{{- else if eq $store.mode "external" -}}
+{{- $existing := dig "existingSecret" "name" "" $store -}}
+{{- if and $existing $store.externalUrl -}}
+{{- fail "store: set existingSecret.name or externalUrl, not both" -}}
+{{- else if $existing -}}
+name: {{ $existing }}
+key: {{ dig "existingSecret" "key" "url" $store }}
+{{- else if $store.externalUrl -}}
+name: {{ include "macaron.externalStoreSecret" . }}
+key: url
+{{- else -}}
+{{- fail "store.mode external needs store.existingSecret.name (a Secret holding the Redis URL, redis://[:PASSWORD@]host:port/db, under store.existingSecret.key) or store.externalUrl" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -103,7 +137,7 @@ The Serve config KubeRay deploys (serveConfigV2): the profile file itself, parse
 these changes (tests/unit/test_k8s_chart.py recomputes them and compares):
   - http_options.host 0.0.0.0 and port 8000: the proxies must be reachable from the Services;
   - in every application of macaron_ray.serve:build_app:
-    - args.store: {kind: redis, url: ...} unless store.mode is `profile`;
+    - args.store: {kind: redis, url_env: MACARON_STORE_URL} unless store.mode is `profile`;
     - args.ingress.num_replicas: api.replicas, when set;
     - args.ingress.api_keys_env: the env var the keys Secret is mounted as, when keys are configured.
 */}}
@@ -116,15 +150,17 @@ these changes (tests/unit/test_k8s_chart.py recomputes them and compares):
 {{- $_ := set $http "host" "0.0.0.0" -}}
 {{- $_ := set $http "port" (int (include "macaron.servePort" .)) -}}
 {{- $_ := set $doc "http_options" $http -}}
-{{- $storeUrl := include "macaron.storeUrl" . -}}
+{{- $storeEnv := include "macaron.storeUrlEnv" . -}}
+{{- /* Fails here on store values that give the Ray containers no URL. */ -}}
+{{- $_ := include "macaron.storeUrlSecretRef" . -}}
 {{- $keysEnv := include "macaron.apiKeysEnv" . -}}
 {{- $found := false -}}
 {{- range $doc.applications -}}
 {{- if eq .import_path (include "macaron.importPath" $) -}}
 {{- $found = true -}}
 {{- $args := .args -}}
-{{- if $storeUrl -}}
-{{- $_ := set $args "store" (dict "kind" "redis" "url" $storeUrl) -}}
+{{- if $storeEnv -}}
+{{- $_ := set $args "store" (dict "kind" "redis" "url_env" $storeEnv) -}}
 {{- end -}}
 {{- $ingress := $args.ingress | default dict -}}
 {{- if not (kindIs "invalid" $.Values.api.replicas) -}}
@@ -226,6 +262,8 @@ nodeGroups entry, `head` whether it is the head.
 {{- end -}}
 {{- $gpus := int64 ($g.num_gpus | default 0) -}}
 {{- $keysEnv := include "macaron.apiKeysEnv" $root -}}
+{{- $storeEnv := include "macaron.storeUrlEnv" $root -}}
+{{- $storeRef := include "macaron.storeUrlSecretRef" $root | fromYaml -}}
 metadata:
   labels:
     {{- include "macaron.selectorLabels" $root | nindent 4 }}
@@ -274,7 +312,7 @@ spec:
         - {name: as-metrics, containerPort: 44217}
         {{- end }}
         {{- end }}
-      {{- if or $keysEnv $root.Values.models.hfHome $root.Values.env }}
+      {{- if or $keysEnv $storeEnv $root.Values.models.hfHome $root.Values.env }}
       env:
         {{- if $keysEnv }}
         # MoLIngress replicas read the keys from the environment (AppArgs.ingress.api_keys_env).
@@ -283,6 +321,14 @@ spec:
             secretKeyRef:
               name: {{ include "macaron.apiKeysSecret" $root }}
               key: {{ $root.Values.api.keys.secretKey }}
+        {{- end }}
+        {{- if $storeEnv }}
+        # MoLIngress replicas, on any node, open the conversation store at this URL (AppArgs.store.url_env).
+        - name: {{ $storeEnv }}
+          valueFrom:
+            secretKeyRef:
+              name: {{ $storeRef.name }}
+              key: {{ $storeRef.key }}
         {{- end }}
         {{- with $root.Values.models.hfHome }}
         - name: HF_HOME
