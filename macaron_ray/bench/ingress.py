@@ -13,7 +13,11 @@ and count. Reported per level:
   answer hops (the time spent inside engine calls); that is the ingress's own code, store included;
 - the client-observed latency through each ingress, and their ratio (MoL over stock): the stock
   ingress has no timing of its own, and with an engine that takes no time its latency is its
-  overhead (proxy, ingress, one handle call).
+  overhead (proxy, ingress, one handle call);
+- the CPU time the ingress replica's process and Serve's HTTP proxy spent per turn (psutil): on
+  this two-core machine the client, the proxy, the ingress and the engines share the cores, so
+  latency at high concurrency is mostly queueing for a core, and CPU per turn is what each ingress
+  costs whatever the machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from macaron_ray.bench.stats import percentile
 from macaron_ray.loadtest.timing import parse_server_timing, parse_sse_timing
@@ -131,6 +136,26 @@ async def drive(url: str, conversations: int, duration_s: float, max_requests: i
     return records
 
 
+def serve_processes(ingress: str) -> dict[str, psutil.Process]:
+    """The ingress replica's process and the HTTP proxy's, found by Ray's process titles."""
+    found: dict[str, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or ())
+        if f"ServeReplica:macaron:{ingress}" in line:
+            found["ingress"] = proc
+        elif "ray::ProxyActor" in line:
+            found["proxy"] = proc
+    return found
+
+
+def cpu_seconds(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    out = {}
+    for name, proc in procs.items():
+        times = proc.cpu_times()
+        out[name] = times.user + times.system
+    return out
+
+
 def self_time_s(server: dict[str, float]) -> float | None:
     """The ingress's own time in a turn: total minus the hops spent in engine calls."""
     if "total" not in server or "answer" not in server:
@@ -145,11 +170,13 @@ def _stats(values: list[float]) -> dict:
             "p99": percentile(values, 99), "mean": sum(values) / len(values)}
 
 
-def level_figures(records: list[dict], wall_s: float) -> dict:
+def level_figures(records: list[dict], wall_s: float, cpu_s: dict[str, float] | None = None) -> dict:
+    """cpu_s: CPU seconds each process spent during the level (see `serve_processes`)."""
     ok = [r for r in records if r["ok"]]
     selfs = [s for s in (self_time_s(r["server"]) for r in ok) if s is not None]
     return {"requests": len(records), "ok": len(ok), "turns_per_s": len(ok) / wall_s if wall_s else 0.0,
-            "client_s": _stats([r["client_s"] for r in ok]), "self_s": _stats(selfs)}
+            "client_s": _stats([r["client_s"] for r in ok]), "self_s": _stats(selfs),
+            "cpu_ms_per_turn": {name: 1000 * s / len(ok) for name, s in (cpu_s or {}).items()} if ok else {}}
 
 
 def run(profile: Path, out: Path, *, levels: tuple[int, ...] = LEVELS, duration_s: float = 20.0,
@@ -182,15 +209,20 @@ def run(profile: Path, out: Path, *, levels: tuple[int, ...] = LEVELS, duration_
             cluster.serve_deploy(config)
             cluster.wait_running("macaron")
             asyncio.run(drive(url, 1, 3.0, 20))  # warm: handles, connections, the store
+            procs = serve_processes("MoLIngress" if name == "mol" else "OpenAiIngress")
             for level in levels:
-                started = time.monotonic()
+                started, cpu = time.monotonic(), cpu_seconds(procs)
                 records = asyncio.run(drive(url, level, duration_s, max_requests))
-                result.setdefault(name, {})[str(level)] = level_figures(records, time.monotonic() - started)
+                used = {k: v - cpu[k] for k, v in cpu_seconds(procs).items()}
+                result.setdefault(name, {})[str(level)] = level_figures(records, time.monotonic() - started, used)
             cluster.serve_shutdown()
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=2) + "\n")  # what was measured, if the rest fails
     result["ratio_client_p50"] = {str(lv): result["mol"][str(lv)]["client_s"]["p50"]
                                   / result["stock"][str(lv)]["client_s"]["p50"] for lv in levels}
+    result["ratio_ingress_cpu_per_turn"] = {
+        str(lv): result["mol"][str(lv)]["cpu_ms_per_turn"].get("ingress", 0.0)
+        / max(1e-9, result["stock"][str(lv)]["cpu_ms_per_turn"].get("ingress", 0.0)) for lv in levels}
     at32 = result["mol"].get("32", {}).get("self_s", {})
     result["meets_targets"] = bool(
         at32.get("n") and at32["p50"] <= TARGETS["self_p50_s_at_32"] and at32["p99"] <= TARGETS["self_p99_s_at_32"]
@@ -202,15 +234,19 @@ def run(profile: Path, out: Path, *, levels: tuple[int, ...] = LEVELS, duration_
 def format_report(result: dict) -> str:
     lines = [f"ingress overhead, zero-latency engine, {result['duration_s']:g} s per level ({result['profile']})",
              f"  {'conc.':>5} {'MoL self p50':>12} {'p99':>8} {'MoL client p50':>14} {'p99':>8} "
-             f"{'stock client p50':>16} {'p99':>8} {'ratio p50':>9} {'MoL t/s':>8} {'stock t/s':>9}"]
+             f"{'stock client p50':>16} {'p99':>8} {'ratio p50':>9} {'MoL t/s':>8} {'stock t/s':>9} "
+             f"{'ingress CPU/turn MoL':>20} {'stock':>7} {'proxy MoL':>9} {'stock':>7}"]
     ms = lambda v: f"{v * 1000:.1f}ms" if v is not None else "-"  # noqa: E731
+    cpu = lambda row, proc: (f"{row['cpu_ms_per_turn'][proc]:.1f}ms"  # noqa: E731
+                             if proc in row.get("cpu_ms_per_turn", {}) else "-")
     for lv in result["levels"]:
         mol, stock = result["mol"][str(lv)], result["stock"][str(lv)]
         lines.append(f"  {lv:>5} {ms(mol['self_s'].get('p50')):>12} {ms(mol['self_s'].get('p99')):>8} "
                      f"{ms(mol['client_s'].get('p50')):>14} {ms(mol['client_s'].get('p99')):>8} "
                      f"{ms(stock['client_s'].get('p50')):>16} {ms(stock['client_s'].get('p99')):>8} "
                      f"{result['ratio_client_p50'][str(lv)]:>9.2f} {mol['turns_per_s']:>8.1f} "
-                     f"{stock['turns_per_s']:>9.1f}")
+                     f"{stock['turns_per_s']:>9.1f} {cpu(mol, 'ingress'):>20} {cpu(stock, 'ingress'):>7} "
+                     f"{cpu(mol, 'proxy'):>9} {cpu(stock, 'proxy'):>7}")
     lines.append(f"  targets: MoL self p50 <= 3 ms and p99 <= 15 ms at 32, client p50 <= 1.5x stock: "
                  f"met {result['meets_targets']}")
     return "\n".join(lines)

@@ -46,7 +46,8 @@ def test_self_time_is_the_total_less_the_engine_hops():
     assert self_time_s({"total": 0.01}) is None  # the stock ingress has no hops of its own
     records = [{"ok": True, "client_s": 0.04, "server": {"route": 0.01, "answer": 0.02, "total": 0.032}},
                {"ok": True, "client_s": 0.05, "server": {}}, {"ok": False, "client_s": 1.0, "server": {}}]
-    figures = level_figures(records, wall_s=2.0)
+    figures = level_figures(records, wall_s=2.0, cpu_s={"ingress": 0.01, "proxy": 0.004})
     assert figures["requests"] == 3 and figures["ok"] == 2 and figures["turns_per_s"] == 1.0
+    assert figures["cpu_ms_per_turn"] == pytest.approx({"ingress": 5.0, "proxy": 2.0})  # per successful turn
     assert figures["self_s"]["n"] == 1 and figures["self_s"]["p50"] == pytest.approx(0.002)
     assert figures["client_s"]["p99"] == 0.05
