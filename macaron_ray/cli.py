@@ -233,6 +233,9 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"starting Ray (dashboard {cluster.dashboard_url}) ...", flush=True)
     # Ctrl-C and SIGTERM both end the cluster's processes, engines included.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Explicitly: a process a shell starts in the background without job control inherits SIGINT
+    # ignored, and Python then keeps it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with cluster:
         print(f"deploying {args.profile} (engines start in a few minutes on CPU) ...", flush=True)
         cluster.serve_deploy(config)

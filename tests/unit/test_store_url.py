@@ -4,10 +4,6 @@ the Helm chart fills from a Secret), against a real redis-server that requires a
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
-import time
 
 import pytest
 from pydantic import ValidationError
@@ -19,6 +15,7 @@ from macaron_ray.serve.app import _open_store, _redis_url
 from macaron_ray.serve.args import AppArgs, StoreArgs, load_profile
 from macaron_ray.store.base import tenant_id
 from macaron_ray.store.redis import RedisStore
+from tests.redis_server import redis_server
 
 ENV = "MACARON_TEST_STORE_URL"
 PASSWORD = "Zq7mW2xK9pL4vN8rT1sY6uB3cD5eF0gH"
@@ -74,27 +71,8 @@ def test_an_unset_or_empty_url_env_fails_naming_the_variable(monkeypatch, value)
 @pytest.fixture(scope="module")
 def redis_with_password(tmp_path_factory):
     """A redis-server on loopback that requires PASSWORD, as the chart's internal Redis does; its port."""
-    server = shutil.which("redis-server")
-    assert server, "redis-server is installed by `make install` (Debian package redis-server)"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--requirepass", PASSWORD, "--dir", str(tmp_path_factory.mktemp("redis-auth"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        raise RuntimeError("redis-server did not start")
-    yield port
-    proc.terminate()
-    proc.wait(10)
+    with redis_server(tmp_path_factory.mktemp("redis-auth"), "--requirepass", PASSWORD) as port:
+        yield port
 
 
 def _args_with_store(store: dict) -> AppArgs:
