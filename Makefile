@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd bench-hops bench-all plan adapters clean
+.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -34,6 +34,10 @@ bench-quality: install model
 # PD vs aggregated on a local Ray cluster (about 10 minutes); writes .bench/pd.json
 bench-pd: install model
 	$(MACARON) bench pd
+
+# The local topology's memory, before and after it was made lean (about 15 minutes); writes .bench/memory.json
+bench-memory: install model
+	$(MACARON) bench memory
 
 # The report's per-hop table and the routing overhead on the local topology (about 15 minutes)
 bench-hops: install model

@@ -115,7 +115,18 @@ def _bench_pd(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH_SUITE = ("routing", "quality", "multihop", "ownview", "hops", "ingress", "pd")
+def _bench_memory(args: argparse.Namespace) -> int:
+    from macaron_ray.bench import memory
+
+    result = memory.run(args.profile, args.out, conversations=args.conversations, load_s=args.load_s,
+                        max_tokens=args.max_tokens, prompt_count=args.prompts, answer_tokens=args.answer_tokens,
+                        log_dir=args.out.parent)
+    print(memory.format_report(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+BENCH_SUITE = ("routing", "quality", "multihop", "ownview", "hops", "ingress", "pd", "memory")
 """`macaron bench all`, in this order: one engine at a time, each started and stopped by its benchmark."""
 
 
@@ -432,6 +443,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregated-cores", default="0-1",
                    help="cores of the aggregated answer engine (PD's prefill and decode have one each)")
     p.set_defaults(func=_bench_pd)
+    p = bench.add_parser("memory", help="the local topology's PSS idle and under load, before and after it was made "
+                                        "lean, with token-for-token equality; same run")
+    p.add_argument("--out", type=Path, default=Path(".bench/memory.json"))
+    p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")
+    p.add_argument("--conversations", type=int, default=8, help="concurrent conversations of the load")
+    p.add_argument("--load-s", type=float, default=90.0, help="load time per topology")
+    p.add_argument("--max-tokens", type=int, default=32, help="answer budget of the load's turns")
+    p.add_argument("--prompts", type=int, default=12, help="trace prompts of the equality check")
+    p.add_argument("--answer-tokens", type=int, default=24, help="greedy tokens per answer in the equality check")
+    p.set_defaults(func=_bench_memory)
 
     dashboards = sub.add_parser("dashboards", help="the Grafana dashboards (generated from code)").add_subparsers(
         dest="action", required=True)

@@ -36,6 +36,14 @@ class EngineRequest:
     repetition_penalty: float | None = None
     """vLLM's multiplicative penalty on tokens already in the prompt or output (None: the engine's 1.0)."""
     frequency_penalty: float | None = None
+    priority: int = 0
+    """Scheduling priority on an engine that schedules by priority (vLLM's `scheduling_policy:
+    priority`; lower runs first): the route hop, which the user waits for, goes before answer
+    prompts, and summaries after them. Engines without that policy never receive it."""
+
+
+ROUTE_PRIORITY = -1
+SUMMARY_PRIORITY = 1
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 
 from macaron_ray import prompts
-from macaron_ray.core.engine_client import EngineRequest
+from macaron_ray.core.engine_client import ROUTE_PRIORITY, EngineRequest
 from macaron_ray.specialists.labels import LABELS
 
 ROUTE_BUDGET_TOKENS = 24
@@ -83,7 +83,8 @@ def route_request(adapter: str, user_text: str, labels: tuple[str, ...] = LABELS
     # An ending of n bytes is at most n tokens (every byte has a token of its own).
     budget = min(ROUTE_BUDGET_TOKENS, max(len(e.encode()) for e in endings))
     return EngineRequest(adapter=adapter, messages=route_messages(user_text, labels, context), max_tokens=budget,
-                         temperature=0.0, choice=endings, continue_final_message=bool(prefix))
+                         temperature=0.0, choice=endings, continue_final_message=bool(prefix),
+                         priority=ROUTE_PRIORITY)
 
 
 def parse_label(output: str, labels: tuple[str, ...] = LABELS) -> str | None:

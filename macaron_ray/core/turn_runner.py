@@ -29,7 +29,8 @@ from macaron_ray.core.conversation import (
     History, HistoryError, Message, ToolCall, Turn, TurnMeta, pending_tool_results, split_turns,
 )
 from macaron_ray.core.engine_client import (
-    EngineClient, EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
+    SUMMARY_PRIORITY, EngineClient, EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable,
+    Usage,
 )
 from macaron_ray.core.own_view import VIEWS
 from macaron_ray.core.registry import SpecialistRegistry
@@ -115,16 +116,19 @@ class TurnRunner:
     """Owns the hops and the pending summary tasks of one process (one ingress replica)."""
 
     def __init__(self, registry: SpecialistRegistry, engine: EngineClient, store: ConversationStore, *,
-                 router: EngineClient | None = None, metrics: MoLMetrics | None = None,
+                 router: EngineClient | None = None, summarizer: EngineClient | None = None,
+                 metrics: MoLMetrics | None = None,
                  tracer: Tracer = NO_TRACING, summary_attempts: int = 3,
                  summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0, view: str = "own"):
-        """`engine` serves the answer hops; `router` (default: `engine`) the route and summary hops.
+        """`engine` serves the answer hops; `router` (default: `engine`) the route hops, `summarizer`
+        (default: `router`) the summary hops.
         `metrics` default: a Prometheus registry of the runner's own. `store` is wrapped so that its
         failures are counted and raised as `StoreError`. `view`: "own" (own-view), or "naive" (the
         whole history verbatim for every specialist: the baseline `macaron bench ownview` measures)."""
         self.registry = registry
         self.engine = engine
         self.router = router or engine
+        self.summarizer = summarizer or self.router
         self.metrics = metrics if metrics is not None else MoLMetrics()
         self.tracer = tracer
         self.store = MeteredStore(store, self.metrics)
@@ -249,10 +253,11 @@ class TurnRunner:
 
     # -- hops -------------------------------------------------------------------------------
 
-    async def _call_router(self, req: EngineRequest) -> tuple[str, EngineDelta | None]:
-        """One route or summary request: its whole text and its final delta."""
+    async def _call_router(self, req: EngineRequest, engine: EngineClient | None = None,
+                           ) -> tuple[str, EngineDelta | None]:
+        """One route (or, on `engine`, summary) request: its whole text and its final delta."""
         parts, final = [], None
-        async for delta in self.router.stream(req):
+        async for delta in (engine or self.router).stream(req):
             parts.append(delta.text)
             if delta.finish_reason is not None:
                 final = delta
@@ -287,10 +292,10 @@ class TurnRunner:
         messages = summary_hop.summary_messages(user_text, digest, label)
         req = EngineRequest(adapter=self.registry.adapter(entry), messages=messages,
                             max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0,
-                            continue_final_message=bool(summary_hop.begun(messages)))
+                            continue_final_message=bool(summary_hop.begun(messages)), priority=SUMMARY_PRIORITY)
         span = self.tracer.start("summary", parent)
         try:
-            text, final = await self._call_router(req)
+            text, final = await self._call_router(req, self.summarizer)
             span.set("engine.request_id", final.request_id if final else None)
         except BaseException as exc:
             span.error(exc)

@@ -13,7 +13,8 @@ from macaron_ray.core.engine_client import (
 )
 
 
-def request_body(req: EngineRequest) -> dict:
+def request_body(req: EngineRequest, *, priority: bool = False) -> dict:
+    """The chat-completions body of `req`; `priority`: the engine schedules by priority, send it."""
     body: dict = {"model": req.adapter, "messages": req.messages, "stream": True,
                   "stream_options": {"include_usage": True}, "temperature": req.temperature}
     for name in ("tools", "tool_choice", "max_tokens", "top_p", "stop", "seed", "repetition_penalty",
@@ -25,6 +26,8 @@ def request_body(req: EngineRequest) -> dict:
         body["structured_outputs"] = {"choice": list(req.choice)}
     if req.continue_final_message:
         body.update(continue_final_message=True, add_generation_prompt=False)
+    if priority and req.priority:
+        body["priority"] = req.priority  # vLLM rejects a priority its scheduler does not use
     return body
 
 

@@ -6,6 +6,11 @@
             └── Prefill:<base>  `PDPrefillServer`, base + all adapters, kv_producer (NIXL)
     or, aggregated:   Answer:<base>  `LLMServer`, base + all adapters
 
+With `router.colocate_with` there is no Router: route hops go to the prefill (or answer)
+deployment, summary hops to the answer deployment (local-cpu: one engine fewer).
+Every engine is Ray Serve LLM's `VLLMEngine`, with the executor the profile asks
+for (`macaron_ray.serve.engine`).
+
 Serve restarts dead replicas; while one of these deployments has no running
 replica the ingress answers 503 with Retry-After in the surface's envelope.
 The ingress records its metrics through `ray.serve.metrics` (Ray's agent exports
@@ -43,9 +48,11 @@ class MoLIngress:
         self.watch = ReplicaWatch(serve.get_replica_context().app_name)
         self.store = _open_store(self.args)
         prefill = (self.args.deployment_name("prefill"),) if self.args.disaggregated else ()
-        self.runner = TurnRunner(self.args.registry(),
-                                 ServeHandleEngine(answer, watch=self.watch, also_needs=prefill), self.store,
-                                 router=ServeHandleEngine(router, watch=self.watch),
+        answer_engine = ServeHandleEngine(answer, watch=self.watch, also_needs=prefill)
+        route_engine = ServeHandleEngine(router, watch=self.watch,
+                                         priority=self.args.schedules_by_priority(self.args.router_role()))
+        self.runner = TurnRunner(self.args.registry(), answer_engine, self.store, router=route_engine,
+                                 summarizer=route_engine if self.args.summary_role() == "router" else answer_engine,
                                  metrics=MoLMetrics(RayExporter()), tracer=otlp_tracer(self.args.ingress.otlp_endpoint))
         keys = None
         if self.args.ingress.api_keys_env:
@@ -109,18 +116,24 @@ def build_app(args: dict[str, Any]) -> Application:
     from ray.serve.llm import build_llm_deployment
     from ray.serve.llm.deployment import LLMServer, PDDecodeServer, PDPrefillServer
 
+    from macaron_ray.serve.engine import ProfileExecutorVLLMEngine
+
     app_args = AppArgs.model_validate(args)
 
     def llm_deployment(role: str, cls, **bind_kwargs):
         return build_llm_deployment(app_args.llm_config(role, prepare=True), name_prefix=DEPLOYMENT_PREFIX[role],
-                                    deployment_cls=cls, bind_kwargs=bind_kwargs or None)
+                                    deployment_cls=cls,
+                                    bind_kwargs={"engine_cls": ProfileExecutorVLLMEngine, **bind_kwargs})
 
-    router = llm_deployment("router", LLMServer)
     if app_args.disaggregated:
-        answer = llm_deployment("decode", PDDecodeServer, prefill_server=llm_deployment("prefill", PDPrefillServer))
+        prefill = llm_deployment("prefill", PDPrefillServer)
+        engines = {"prefill": prefill, "decode": llm_deployment("decode", PDDecodeServer, prefill_server=prefill)}
     else:
-        answer = llm_deployment("answer", LLMServer)
-    return ingress_deployment(app_args).bind(app_args.model_dump(mode="json"), router, answer)
+        engines = {"answer": llm_deployment("answer", LLMServer)}
+    # A colocated router is the same deployment, bound twice: Serve runs it once.
+    router = engines[app_args.router_role()] if app_args.router.colocate_with else llm_deployment("router", LLMServer)
+    return ingress_deployment(app_args).bind(app_args.model_dump(mode="json"), router,
+                                             engines[app_args.answer_role()])
 
 
 def ingress_deployment(app_args: AppArgs):

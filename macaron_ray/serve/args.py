@@ -37,6 +37,10 @@ NODE_TYPE_RESOURCE_PREFIX = "macaron_node_"
 NODE_TYPE_SHARE = 0.001
 """What one replica asks of its node type's resource: a label, not a capacity."""
 NODE_TYPE_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+EXECUTORS = {"cpu": ("mp", "uni"), "gpu": ("ray",)}
+"""vLLM executors a profile may ask for. Ray Serve LLM starts CPU engines with "mp" (a worker
+process beside the engine core) and GPU engines with "ray"; "uni" runs a one-worker CPU engine's
+model in its engine-core process (`macaron_ray.serve.engine`)."""
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The `max_lora_rank` values vLLM 0.29 accepts (`vllm.config.lora.MaxLoRARanks`); an adapter of
 rank 48 is served with max_lora_rank 64. tests/unit/test_profiles.py checks this against vLLM."""
@@ -159,6 +163,15 @@ class EngineRole(_Strict):
     nixl_port_base: int | None = Field(None, ge=1024, le=65000)
 
 
+class RouterRole(EngineRole):
+    colocate_with: Literal["prefill", "answer"] | None = None
+    """Send route hops to this role's engine (it serves L0 with the other adapters) instead of an
+    engine of their own: one engine, and its processes, fewer. On a prefill engine they run as
+    ordinary requests: only the decode server's requests carry KV-transfer parameters. Summary
+    hops then go to the answer deployment (`AppArgs.summary_role`). The router has no engine
+    settings of its own."""
+
+
 class AppArgs(_Strict):
     profile: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     public_model: str = Field(DEFAULT_PUBLIC_MODEL, min_length=1)
@@ -174,7 +187,7 @@ class AppArgs(_Strict):
     kv_buffer_device: Literal["cpu", "cuda"] = "cpu"
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Shared by every engine."""
-    router: EngineRole = Field(default_factory=EngineRole)
+    router: RouterRole = Field(default_factory=RouterRole)
     prefill: EngineRole | None = None
     decode: EngineRole | None = None
     answer: EngineRole | None = None
@@ -216,6 +229,13 @@ class AppArgs(_Strict):
             unknown = set(self.capacity.adapter_values) - {a.label for a in self.adapters}
             if unknown:
                 raise ValueError(f"capacity.adapter_values names labels that are not adapters: {sorted(unknown)}")
+        if (target := self.router.colocate_with) is not None:
+            if getattr(self, target) is None:
+                raise ValueError(f"router.colocate_with: {target!r} is not an engine of this profile")
+            own = self.router.model_dump(exclude_defaults=True, exclude={"colocate_with"})
+            if own:
+                raise ValueError(f"router.colocate_with: the router runs on the {target} engine and has no engine "
+                                 f"of its own; move {sorted(own)} to '{target}'")
         if self.base.chat_template == EMBEDDED and self.base.source != EMBEDDED:
             raise ValueError("base.chat_template 'embedded' fits only the embedded base; give a path or null")
         for name, role in self.roles().items():
@@ -227,13 +247,21 @@ class AppArgs(_Strict):
                 raise ValueError(f"{name}: set kv_cache_gib or engine_kwargs.kv_cache_memory_bytes, not both")
             if self.accelerator == "gpu" and (role.cpu_cores or role.kv_cache_gib):
                 raise ValueError(f"{name}: cpu_cores and kv_cache_gib are for CPU engines")
+            merged = {**self.engine_kwargs, **role.engine_kwargs}
+            executor = merged.get("distributed_executor_backend")
+            if executor is not None and executor not in EXECUTORS[self.accelerator]:
+                raise ValueError(f"{name}: engine_kwargs.distributed_executor_backend {executor!r}: Ray Serve LLM "
+                                 f"runs {self.accelerator.upper()} engines with one of {EXECUTORS[self.accelerator]}")
+            parallel = {k: merged[k] for k in ("tensor_parallel_size", "pipeline_parallel_size") if merged.get(k, 1) != 1}
+            if executor == "uni" and parallel:
+                raise ValueError(f"{name}: distributed_executor_backend 'uni' runs one worker; {parallel} needs 'mp'")
         return self
 
     # -- derived views -------------------------------------------------------
 
     def roles(self) -> dict[str, EngineRole]:
         """The LLM deployments this profile runs, by role."""
-        roles = {"router": self.router}
+        roles: dict[str, EngineRole] = {} if self.router.colocate_with else {"router": self.router}
         if self.disaggregated:
             roles.update(prefill=self.prefill, decode=self.decode)
         else:
@@ -247,6 +275,22 @@ class AppArgs(_Strict):
     def deployment_names(self) -> set[str]:
         """Every deployment of the application, the ingress included."""
         return {INGRESS_DEPLOYMENT, *(self.deployment_name(role) for role in self.roles())}
+
+    def router_role(self) -> str:
+        """The role whose deployment the ingress sends route and summary hops to."""
+        return self.router.colocate_with or "router"
+
+    def summary_role(self) -> str:
+        """The role whose deployment the ingress sends summary hops to: the router's engine, or, when
+        the router has none, the answer deployment. A summary decodes up to its budget; on the
+        prefill engine each of its tokens would wait for a step of prompt work (local-cpu, 8
+        conversations: a mean 4.1 s wait for pending summaries there), while decode batches it with
+        the running answers."""
+        return self.answer_role() if self.router.colocate_with else "router"
+
+    def schedules_by_priority(self, role: str) -> bool:
+        """The role's engine runs vLLM's priority scheduler (route hops first, summaries last)."""
+        return self.engine_kwargs_for(role).get("scheduling_policy") == "priority"
 
     def answer_role(self) -> str:
         """The role whose deployment the ingress sends answer hops to."""

@@ -118,9 +118,12 @@ def sse_payloads(item) -> list[str]:
 
 
 class ServeHandleEngine:
-    def __init__(self, handle, *, watch: ReplicaWatch | None = None, also_needs: tuple[str, ...] = ()):
+    def __init__(self, handle, *, watch: ReplicaWatch | None = None, also_needs: tuple[str, ...] = (),
+                 priority: bool = False):
         """`also_needs`: deployments the handle's own calls go through (the decode server calls
-        prefill); while any of them has no running replica, requests fail at once too."""
+        prefill); while any of them has no running replica, requests fail at once too.
+        `priority`: the engine schedules by priority; requests carry theirs."""
+        self._priority = priority
         self._handle = handle.options(stream=True)
         self._deployment = handle.deployment_name
         self._needs = (handle.deployment_name, *also_needs)
@@ -133,7 +136,7 @@ class ServeHandleEngine:
 
         if self._watch is not None and (missing := await self._watch.first_unavailable(self._needs)):
             raise EngineUnavailable(f"{missing} has no running replica")
-        body = ChatCompletionRequest(**request_body(request))
+        body = ChatCompletionRequest(**request_body(request, priority=self._priority))
         acc = StreamAccumulator()
         try:
             async for item in self._handle.chat.remote(body):

@@ -23,7 +23,7 @@ def test_bench_all_runs_the_suite_in_order_and_reports_each(monkeypatch, tmp_pat
         monkeypatch.setattr(cli, f"_bench_{name}", fake(name))
     args = cli.build_parser().parse_args(["bench", "all", "--dir", str(tmp_path), "--skip", "pd"])
     assert args.func(args) == 1  # one benchmark failed; the rest still ran
-    suite = ["routing", "quality", "multihop", "ownview", "hops", "ingress"]
+    suite = ["routing", "quality", "multihop", "ownview", "hops", "ingress", "memory"]
     assert ran == [(n, str(tmp_path / f"{n}.json")) for n in suite]
     report = json.loads((tmp_path / "all.json").read_text())
     assert list(report) == suite

@@ -70,16 +70,18 @@ def test_tall_residency_matches_the_reports_50_1b():
 
 
 def _local(**role) -> AppArgs:
-    args = load_profile(DEPLOYMENTS / "local-cpu.yaml").model_dump()
-    for name in ("router", "prefill", "decode"):
+    args = load_profile(DEPLOYMENTS / "local-cpu.yaml").model_dump(exclude_defaults=True)
+    for name in ("prefill", "decode"):
         args[name].update(role)
     return AppArgs.model_validate(args)
 
 
 def test_local_kv_capacity_is_kv_memory_over_the_configs_bytes_per_token():
     plan = plan_profile(_local(kv_cache_gib=1))
-    assert [k.kv_bytes_per_token_per_device for k in plan.kv] == [SMOLLM2_KV_BYTES_PER_TOKEN] * 3
-    assert [k.kv_tokens for k in plan.kv] == [2**30 // SMOLLM2_KV_BYTES_PER_TOKEN] * 3
+    # Two engines: the router's hops run on the prefill engine (router.colocate_with).
+    assert [k.role for k in plan.kv] == ["prefill", "decode"]
+    assert [k.kv_bytes_per_token_per_device for k in plan.kv] == [SMOLLM2_KV_BYTES_PER_TOKEN] * 2
+    assert [k.kv_tokens for k in plan.kv] == [2**30 // SMOLLM2_KV_BYTES_PER_TOKEN] * 2
 
 
 @pytest.mark.parametrize("name", ["local-cpu.yaml", "local-cpu-aggregated.yaml"])

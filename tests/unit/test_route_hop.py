@@ -63,3 +63,15 @@ def test_an_answer_requests_penalties_reach_the_engine_only_when_set():
     body = request_body(EngineRequest("a", messages, repetition_penalty=1.1, frequency_penalty=0.3))
     assert (body["repetition_penalty"], body["frequency_penalty"]) == (1.1, 0.3)
     assert not {"repetition_penalty", "frequency_penalty"} & set(request_body(EngineRequest("a", messages)))
+
+
+def test_the_route_hop_goes_first_on_an_engine_that_schedules_by_priority():
+    from macaron_ray.core.engine_client import ROUTE_PRIORITY, SUMMARY_PRIORITY, EngineRequest
+    from macaron_ray.engine.openai_http import request_body
+
+    req = route_hop.route_request("a", "hi")
+    assert req.priority == ROUTE_PRIORITY < EngineRequest(adapter="a", messages=[]).priority < SUMMARY_PRIORITY
+    # vLLM rejects a priority unless its scheduler uses them: only sent where it does.
+    assert "priority" not in request_body(req)
+    assert request_body(req, priority=True)["priority"] == ROUTE_PRIORITY
+    assert "priority" not in request_body(EngineRequest(adapter="a", messages=[]), priority=True)

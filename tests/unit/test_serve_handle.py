@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from unittest import mock
 from pathlib import Path
 
 import pytest
@@ -147,30 +148,71 @@ def test_sse_payloads_reads_strings_and_lists():
 
 def test_local_cpu_profile_derives_each_engine():
     args = load_profile(ROOT / "deployments" / "local-cpu.yaml")
-    assert args.deployment_names() == {"MoLIngress", "Router:base", "Prefill:base", "Decode:base"}
-    assert args.answer_role() == "decode"
-    router, prefill, decode = (args.engine_kwargs_for(r) for r in ("router", "prefill", "decode"))
-    # The router serves L0 only; prefill and decode carry every adapter, each with its own KV role.
-    assert [m["name"] for m in router["lora_modules"]] == [args.registry().adapter("L0")]
+    # Two engines: the route and summary hops go to the prefill deployment.
+    assert args.deployment_names() == {"MoLIngress", "Prefill:base", "Decode:base"}
+    assert args.answer_role() == "decode" and args.router_role() == "prefill" and args.summary_role() == "decode"
+    prefill, decode = (args.engine_kwargs_for(r) for r in ("prefill", "decode"))
+    # Prefill and decode carry every adapter (L0 among them), each with its own KV role.
+    assert args.registry().adapter("L0") in [m["name"] for m in prefill["lora_modules"]]
     assert [m["name"] for m in prefill["lora_modules"]] == [m["name"] for m in decode["lora_modules"]]
     assert len(decode["lora_modules"]) == 4 and decode["max_lora_rank"] == 8
     # LoRA on the modules the adapters train, not on the MLP as well.
-    assert router["lora_target_modules"] == decode["lora_target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    assert prefill["lora_target_modules"] == decode["lora_target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
     assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
     # The embedded chat specialist's answers carry its repetition penalty; the others keep the engine's.
     sampling = {s.label: s.answer_sampling.model_dump(exclude_none=True) for s in args.registry().specialists}
     assert sampling == {"L0": {"repetition_penalty": 1.1, "frequency_penalty": 0.3}, "L1": {}, "L2": {}, "L3": {}}
-    assert "kv_transfer_config" not in router
-    assert router["kv_cache_memory_bytes"] == 2**27 and decode["kv_cache_memory_bytes"] == 3 * 2**27
-    assert decode["enforce_eager"] and prefill["enforce_eager"] and "enforce_eager" not in router
-    configs = {role: args.llm_config(role) for role in ("router", "prefill", "decode")}
+    assert prefill["kv_cache_memory_bytes"] == 2 * 2**27 and decode["kv_cache_memory_bytes"] == 3 * 2**27
+    assert decode["enforce_eager"] and prefill["enforce_eager"]
+    # The prefill engine takes route hops before answer prompts; decode never sees either.
+    assert args.schedules_by_priority("prefill") and not args.schedules_by_priority("decode")
+    configs = {role: args.llm_config(role) for role in ("prefill", "decode")}
     pins = {role: c.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] for role, c in configs.items()}
-    assert pins == {"router": "0", "prefill": "0", "decode": "1"}
+    assert pins == {"prefill": "0", "decode": "1"}
+    # Ray Serve LLM starts CPU engines with "mp"; the profile's "uni" reaches the engine class that keeps it.
+    for config in configs.values():
+        assert config.engine_kwargs["distributed_executor_backend"] == "uni"
+        assert config.get_engine_config().get_initialization_kwargs()["distributed_executor_backend"] == "mp"
     # Prefill and decode may share a node: distinct NIXL side-channel ports.
     ports = {configs[r].experimental_configs["NIXL_SIDE_CHANNEL_PORT_BASE"] for r in ("prefill", "decode")}
     assert len(ports) == 2
     assert configs["decode"].deployment_config["ray_actor_options"]["resources"] == {"macaron_node_cpu": 0.001}
+
+
+def test_a_dedicated_router_serves_l0_only(tmp_path):
+    """local-cpu as it ran until 2026-12-04 (`macaron bench memory`'s "before"): a router engine of its own."""
+    from macaron_ray.bench.memory import before_config
+
+    args = load_profile(before_config(ROOT / "deployments" / "local-cpu.yaml", tmp_path / "before.yaml", port=8000,
+                                      store=tmp_path / "before.db"))
+    assert args.deployment_names() == {"MoLIngress", "Router:base", "Prefill:base", "Decode:base"}
+    assert args.router_role() == args.summary_role() == "router"
+    router = args.engine_kwargs_for("router")
+    assert [m["name"] for m in router["lora_modules"]] == [args.registry().adapter("L0")]
+    assert "kv_transfer_config" not in router and "enforce_eager" not in router
+    assert router["kv_cache_memory_bytes"] == 2**27 == args.engine_kwargs_for("prefill")["kv_cache_memory_bytes"]
+    assert all("distributed_executor_backend" not in args.engine_kwargs_for(r) for r in args.roles())
+    assert args.llm_config("router").runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
+def test_the_engine_class_keeps_the_profiles_executor():
+    from types import SimpleNamespace
+
+    from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
+
+    from macaron_ray.serve.engine import ProfileExecutorVLLMEngine
+
+    seen = []
+    for asked in ("uni", "mp", None):
+        engine = ProfileExecutorVLLMEngine.__new__(ProfileExecutorVLLMEngine)
+        engine.llm_config = SimpleNamespace(engine_kwargs={} if asked is None else
+                                            {"distributed_executor_backend": asked})
+        config = SimpleNamespace(parallel_config=SimpleNamespace(distributed_executor_backend="mp"))
+        with mock.patch.object(VLLMEngine, "_start_async_llm_engine",
+                               lambda self, a, c, pg: seen.append(c.parallel_config.distributed_executor_backend)):
+            engine._start_async_llm_engine(None, config, None)
+    assert seen == ["uni", "mp", "mp"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -178,7 +220,12 @@ def test_local_cpu_profile_derives_each_engine():
     ({"prefill": None}, "needs both 'prefill' and 'decode'"),
     ({"engine_kwargs": {"lora_modules": []}}, "set by the topology"),
     ({"decode": {"engine_kwargs": {"lora_target_modules": ["q_proj"]}}}, "set by the topology"),
-    ({"router": {"kv_cache_gib": 1, "engine_kwargs": {"kv_cache_memory_bytes": 1}}}, "not both"),
+    ({"prefill": {"kv_cache_gib": 1, "engine_kwargs": {"kv_cache_memory_bytes": 1}}}, "not both"),
+    ({"router": {"colocate_with": "prefill", "cpu_cores": "0"}}, r"no engine of its own; move \['cpu_cores'\]"),
+    ({"router": {"colocate_with": "answer"}}, "'answer' is not an engine of this profile"),
+    ({"engine_kwargs": {"distributed_executor_backend": "ray"}}, r"CPU engines with one of \('mp', 'uni'\)"),
+    ({"decode": {"engine_kwargs": {"distributed_executor_backend": "uni", "tensor_parallel_size": 2}}},
+     "'uni' runs one worker"),
     ({"store": {"kind": "redis"}}, "needs store.url"),
     ({"adapters": [{"label": "L1", "adapter_id": "a", "path": "/x", "rank": 8}]}, "must include L0"),
 ])

@@ -132,6 +132,11 @@ def test_scaffold_never_enters_a_view_and_other_turns_appear_as_summaries(setup)
         h += [assistant(t2), user("fix this python bug")]
         _, f3 = await run_turn(runner, h)
         assert (f1.label, f2.label, f3.label) == ("L2", "L1", "L2")
+        # Route hops first, answers next, summaries last, where the engine schedules by priority.
+        await runner.wait_summary(TENANT, f3.turn_key)
+        assert {r.priority for r in engine.of_kind("route")} == {-1}
+        assert {r.priority for r in engine.of_kind("answer")} == {0}
+        assert {r.priority for r in engine.of_kind("summary")} == {1}
         view = engine.of_kind("answer")[-1].messages
         assert view == [
             {"role": "user", "content": "write python code for sorting"},
@@ -352,3 +357,17 @@ def test_a_specialists_repetition_penalty_goes_with_its_answers_only(tmp_path):
         assert {(r.repetition_penalty, r.frequency_penalty) for r in hops} == {(None, None)}
 
     asyncio.run(scenario())
+
+
+def test_route_answer_and_summary_hops_go_to_their_own_engines(tmp_path):
+    """A colocated router (local-cpu): route hops on one engine, answers and summaries on another."""
+    answers, router = FakeEngine(), FakeEngine()
+    runner = TurnRunner(registry(), answers, SQLiteStore(tmp_path / "state.db"), router=router, summarizer=answers,
+                        summary_retry_delay_s=0.0)
+
+    async def scenario():
+        _, final = await run_turn(runner, [user("write python code for sorting")])
+        await runner.wait_summary(TENANT, final.turn_key)
+    asyncio.run(scenario())
+    assert [FakeEngine.kind(r) for r in router.requests] == ["route"]
+    assert sorted(FakeEngine.kind(r) for r in answers.requests) == ["answer", "summary"]
