@@ -109,7 +109,8 @@ def _group(proc: psutil.Process, titles: dict[int, str]) -> str:
     while proc is not None:
         title = titles.get(proc.pid, "")
         if title.startswith(prefix):
-            return title[len(prefix):].split(":", 1)[-1]  # app:Deployment -> Deployment
+            # app:Deployment, or app:Deployment.method while the replica runs a call
+            return title[len(prefix):].split(":", 1)[-1].split(".", 1)[0]
         proc = proc.parent()
     return RAY_GROUP
 
@@ -239,6 +240,7 @@ def measure(cluster, config: Path, *, url: str, conversations: int, load_s: floa
         report = loadtest.run(cfg, (conversations,), log_dir / f"bench-memory-{name}-loadtest.json", progress=False)
     level = report["levels"][0]
     result["load"] = {"conversations": conversations, "load_s": load_s, "requests": level["requests"],
+                      "wall_s": level["wall_s"],
                       "hops_s": level["hops_s"], **sampler.summary()}
     result["processes"] = process_rows(cluster.session_dir)
     serve.delete("macaron")
@@ -313,8 +315,9 @@ def format_report(result: dict) -> str:
         groups = ", ".join(f"{g} {_gib(v['pss_bytes']).strip()} ({v['processes']})"
                            for g, v in sorted(r["idle"]["groups"].items(), key=lambda kv: -kv[1]["pss_bytes"]))
         lines.append(f"  {name:<6} idle {_gib(r['idle']['pss_bytes'])} over {r['idle']['processes']} processes; "
-                     f"under load ({load['conversations']} conversations, {load['requests']} requests) peak "
-                     f"{_gib(load['peak']['pss_bytes'])}, mean {_gib(load['mean_pss_bytes'])}; "
+                     f"under load ({load['conversations']} conversations, {load['requests']['ok']} requests answered "
+                     f"in {load['wall_s']:.0f} s) peak {_gib(load['peak']['pss_bytes'])}, mean "
+                     f"{_gib(load['mean_pss_bytes'])} ({load['samples']} samples); "
                      f"route hop p50 idle {r['route_hop_p50_s'] * 1000:.0f} ms")
         lines.append(f"         idle by deployment (processes): {groups}")
     lines.append(f"  after / before: idle {result['pss_idle_ratio_after_over_before']:.2f}, "

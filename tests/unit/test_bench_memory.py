@@ -27,10 +27,12 @@ def test_engine_processes_are_charged_to_their_replicas_deployment():
     core = _Proc(3, replica)
     worker = _Proc(4, core)
     ingress = _Proc(5, raylet)
+    busy = _Proc(6, raylet)
     titles = {1: "/venv/ray/core/src/ray/raylet/raylet", 2: "ray::ServeReplica:macaron:Prefill:base",
-              3: "VLLM::EngineCore", 4: "VLLM::Worker", 5: "ray::ServeReplica:macaron:MoLIngress"}
-    groups = [memory._group(p, titles) for p in (raylet, replica, core, worker, ingress)]
-    assert groups == [memory.RAY_GROUP, "Prefill:base", "Prefill:base", "Prefill:base", "MoLIngress"]
+              3: "VLLM::EngineCore", 4: "VLLM::Worker", 5: "ray::ServeReplica:macaron:MoLIngress",
+              6: "ray::ServeReplica:macaron:Decode:base.handle_request_with_rejection"}
+    groups = [memory._group(p, titles) for p in (raylet, replica, core, worker, ingress, busy)]
+    assert groups == [memory.RAY_GROUP, "Prefill:base", "Prefill:base", "Prefill:base", "MoLIngress", "Decode:base"]
 
 
 def _side(pss_gib: float, peak_gib: float, routes: list, answers: dict) -> dict:
@@ -55,7 +57,7 @@ def test_the_report_prints_both_topologies():
     def side(gib: float) -> dict:
         groups = {"Decode:base": {"processes": 2, "pss_bytes": 2**30}, "ray": {"processes": 20, "pss_bytes": 2**30}}
         return {"idle": {"pss_bytes": gib * 2**30, "processes": 22, "groups": groups},
-                "load": {"conversations": 8, "requests": {"sent": 40}, "samples": 30,
+                "load": {"conversations": 8, "requests": {"sent": 41, "ok": 40}, "samples": 30, "wall_s": 91.2,
                          "peak": {"pss_bytes": gib * 2**30}, "mean_pss_bytes": gib * 2**30},
                 "route_hop_p50_s": 0.2}
     result = {"profile": "local-cpu.yaml", "before": side(8.0), "after": side(5.5), "target_pss_gib": 6.0,
@@ -63,6 +65,7 @@ def test_the_report_prints_both_topologies():
               "meets_target": True, "equal_routes": 12, "routes": 12, "equal_answers": 48, "answers": 48}
     text = memory.format_report(result)
     assert "before idle  8.00" in text and "after  idle  5.50" in text
+    assert "40 requests answered in 91 s" in text
     assert "Decode:base 1.00 (2)" in text and "target peak <= 6 GiB: met" in text
     assert "routes 12/12 equal, greedy answers 48/48 equal" in text
 
