@@ -279,14 +279,21 @@ def _serve_standalone(args: argparse.Namespace) -> int:
     from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
     from macaron_ray.paths import cache_dir
 
+    import signal
+
     (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
     server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")
+    # SIGTERM (systemd, a container runtime) stops the engine as Ctrl-C does. uvicorn handles both
+    # while it serves, then raises the signal it caught again: with SIGTERM's default action the
+    # process died there and left its engine running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"starting the engine (cores {server.spec.cores}) ...", flush=True)
-    server.start()
     try:
+        server.start()
         app = build_standalone_app(server.spec.base_url, server.spec.model_dir,
                                    cache_dir() / "state" / "conversations.db", debug_headers=args.debug_headers,
-                                   otlp_endpoint=args.otlp_endpoint)
+                                   otlp_endpoint=args.otlp_endpoint, context_tokens=server.spec.max_model_len)
         url = f"http://{args.host}:{args.port}"
         print(_ready_banner(url, DEFAULT_PUBLIC_MODEL), flush=True)
         print(f"  metrics (Prometheus): {url}/metrics", flush=True)

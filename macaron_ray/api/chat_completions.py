@@ -134,6 +134,8 @@ async def chat_completions(request: Request, s: Surfaces):
     tenant = s.tenant(request)
     s.check_model(body.model)
     req = turn_request(body, tenant)
+    await s.check_context(req, max_tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+                          prompt_param="messages")
     cid, created = new_id("chatcmpl-"), now()
     if not body.stream:
         text, final = await collect(s.runner, req, param="messages")

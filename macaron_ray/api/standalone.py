@@ -24,8 +24,10 @@ from macaron_ray.store.sqlite import SQLiteStore
 
 def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
                          public_model: str = DEFAULT_PUBLIC_MODEL, api_keys: frozenset[str] | None = None,
-                         debug_headers: bool = False, otlp_endpoint: str | None = None) -> FastAPI:
-    """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics."""
+                         debug_headers: bool = False, otlp_endpoint: str | None = None,
+                         context_tokens: int | None = None) -> FastAPI:
+    """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics.
+    `context_tokens`: the engine's `max_model_len` (requests that cannot fit get a 400 first)."""
     engine = OpenAIHTTPEngine(engine_url)
     store = SQLiteStore(store_path)
     tracer = otlp_tracer(otlp_endpoint)
@@ -42,5 +44,5 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
             tracer.shutdown()  # flushes the last spans
 
     surfaces = Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), api_keys=api_keys,
-                        debug_headers=debug_headers)
+                        debug_headers=debug_headers, context_tokens=context_tokens)
     return build_api(surfaces, lifespan, metrics_endpoint=True)

@@ -7,6 +7,8 @@ are mapped here to `APIError`s, so no surface leaks an internal message.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 import uuid
@@ -28,6 +30,9 @@ from macaron_ray.store.base import ConversationStore, StoreError, tenant_id
 logger = logging.getLogger(__name__)
 
 DEFAULT_BODY_LIMIT_BYTES = 32 * 1024 * 1024
+TEMPLATE_BYTES, TEMPLATE_BYTES_PER_MESSAGE = 1024, 64
+"""More than the chat template adds to a prompt (a default system prompt, tool instructions) and
+around each message (role markers, separators), in bytes: the bound that spares tokenizing."""
 
 
 class TokenCounter(Protocol):
@@ -47,6 +52,39 @@ class Surfaces:
     body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES
     debug_headers: bool = False
     """Send the specialist label of each turn (`x-macaron-specialist`); off by default."""
+    context_tokens: int | None = None
+    """The engines' context (`max_model_len`): a request whose completion budget, or prompt plus
+    budget, cannot fit is refused with a 400 before any engine call. None: not checked here."""
+
+    async def check_context(self, req: TurnRequest, *, max_tokens_param: str, prompt_param: str) -> None:
+        """400 in the surface's envelope when `req` cannot fit the context (the engine would refuse it).
+
+        The prompt is counted as the base's chat template renders the request, on a worker thread;
+        a request whose UTF-8 size already fits is not tokenized (a byte-level BPE token covers at
+        least one byte). A specialist's own view may differ from the request by its scaffold and the
+        summaries of other turns, so the engine can still refuse a request at the edge."""
+        context = self.context_tokens
+        if context is None:
+            return
+        budget = req.sampling.max_tokens
+        if budget is not None and budget >= context:
+            raise APIError(400, f"{max_tokens_param} is {budget}; this model's context is {context} tokens, "
+                                f"prompt included, so it must be below {context}", param=max_tokens_param,
+                           code="invalid_value")
+        limit = context - (budget or 1)
+        messages = [m.to_openai() for m in req.messages]
+        size = TEMPLATE_BYTES + sum(len((m.content or "").encode()) + TEMPLATE_BYTES_PER_MESSAGE
+                                    for m in req.messages)
+        size += sum(len(json.dumps(c.model_dump()).encode()) for m in req.messages for c in m.tool_calls or ())
+        size += len(json.dumps(req.tools).encode()) if req.tools else 0
+        if size <= limit:
+            return
+        prompt = await asyncio.to_thread(self.tokens.count, messages, req.tools)
+        if prompt > limit:
+            raise APIError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                                f"{prompt + (budget or 0)} tokens ({prompt} in the {prompt_param}, {budget or 0} "
+                                f"in the completion). Please reduce the length of the {prompt_param} or completion.",
+                           param=prompt_param, code="context_length_exceeded")
 
     @property
     def store(self) -> ConversationStore:
@@ -122,6 +160,10 @@ def to_api_error(exc: BaseException, *, param: str = "messages") -> APIError:
         return APIError(400, str(exc), param=param if exc.param == "messages" else exc.param, code="invalid_value")
     if isinstance(exc, EngineError):
         logger.warning("engine error: %s", exc)
+        if exc.status == 400:  # its message may name private models: say what it means instead
+            return APIError(400, "The model could not take this request as given: its prompt, as the specialist "
+                                 "sees it, and its token budget must fit the model's context. Shorten the "
+                                 "conversation or lower the token budget.", param=param, code="invalid_request")
         return engine_unavailable() if exc.retryable else internal_error()
     if isinstance(exc, StoreError):
         logger.warning("%s", exc)

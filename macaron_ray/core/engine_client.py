@@ -68,11 +68,13 @@ class EngineDelta:
 
 
 class EngineError(RuntimeError):
-    """The engine failed. `retryable`: the same request may succeed later."""
+    """The engine failed. `retryable`: the same request may succeed later. `status`: the engine's
+    HTTP status, where it answered one (400: it refused the request as given)."""
 
-    def __init__(self, message: str, *, retryable: bool = True):
+    def __init__(self, message: str, *, retryable: bool = True, status: int | None = None):
         super().__init__(message)
         self.retryable = retryable
+        self.status = status
 
 
 class EngineUnavailable(EngineError):

@@ -52,7 +52,7 @@ class StreamAccumulator:
             error = chunk["error"]
             code = error.get("code") if isinstance(error, dict) else None
             code = code if isinstance(code, int) else 500
-            raise EngineError(f"engine failed mid-stream ({code})", retryable=code >= 500 or code == 429)
+            raise EngineError(f"engine failed mid-stream ({code})", retryable=code >= 500 or code == 429, status=code)
         self._request_id = chunk.get("id") or self._request_id
         if chunk.get("usage"):
             u = chunk["usage"]
@@ -102,7 +102,7 @@ class OpenAIHTTPEngine:
                     detail = (await resp.aread()).decode(errors="replace")[:500]
                     error = EngineUnavailable if resp.status_code == 503 else EngineError
                     raise error(f"engine answered {resp.status_code}: {detail}",
-                                retryable=resp.status_code >= 500 or resp.status_code == 429)
+                                retryable=resp.status_code >= 500 or resp.status_code == 429, status=resp.status_code)
                 async for line in resp.aiter_lines():
                     if not line.startswith("data: "):
                         continue

@@ -58,7 +58,8 @@ class MoLIngress:
         if self.args.ingress.api_keys_env:
             keys = frozenset(k for k in os.environ.get(self.args.ingress.api_keys_env, "").split(",") if k)
         self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
-                                 api_keys=keys, debug_headers=self.args.ingress.debug_headers)
+                                 api_keys=keys, debug_headers=self.args.ingress.debug_headers,
+                                 context_tokens=self.args.context_tokens())
 
     async def __serve_build_asgi_app__(self):
         from macaron_ray.api.app import build_api

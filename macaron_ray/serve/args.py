@@ -280,6 +280,12 @@ class AppArgs(_Strict):
         """The role whose deployment the ingress sends route and summary hops to."""
         return self.router.colocate_with or "router"
 
+    def context_tokens(self) -> int | None:
+        """The smallest `max_model_len` of the engines (None where one takes its model's own): the
+        ingress refuses requests that cannot fit before calling any engine."""
+        lengths = [self.engine_kwargs_for(role).get("max_model_len") for role in self.roles()]
+        return None if None in lengths else min(lengths)
+
     def summary_role(self) -> str:
         """The role whose deployment the ingress sends summary hops to: the router's engine, or, when
         the router has none, the answer deployment. A summary decodes up to its budget; on the

@@ -111,7 +111,7 @@ def sse_payloads(item) -> list[str]:
     if error is not None and type(item).__name__ == "ErrorResponse":
         code = getattr(error, "code", None) or 500
         raise EngineError(f"engine answered {code}: {getattr(error, 'message', '')[:300]}",
-                          retryable=code >= 500 or code == 429)
+                          retryable=code >= 500 or code == 429, status=code)
     if hasattr(item, "model_dump_json"):
         return [item.model_dump_json()]
     raise EngineError(f"unexpected engine chunk type {type(item).__name__}", retryable=False)

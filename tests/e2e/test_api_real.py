@@ -24,7 +24,8 @@ BOOK = {"type": "function", "function": {
 @pytest.fixture(scope="module")
 def api(engine, base_model_dir, tmp_path_factory):
     running = start_api(OpenAIHTTPEngine(engine.spec.base_url), TemplateTokenCounter.embedded(base_model_dir),
-                        tmp_path_factory.mktemp("api") / "state.db", registry=SpecialistRegistry.from_manifest())
+                        tmp_path_factory.mktemp("api") / "state.db", registry=SpecialistRegistry.from_manifest(),
+                        context_tokens=engine.spec.max_model_len)
     yield running
     running.stop()
 
@@ -115,3 +116,21 @@ def test_a_bounded_loadtest_on_the_real_engine_adds_up(api):
         assert hops <= s["total"] + 0.002, s  # Server-Timing rounds to 0.1 ms per hop
         assert s["total"] - hops < 0.25, s  # what no hop accounts for stays small
         assert s["total"] <= r.client_total_s + 0.002
+
+
+def test_requests_that_cannot_fit_the_context_get_a_400_before_the_engine(oai, claude, private_names):
+    """Found by hand on 2026-12-04: both were 500s from the engine. (The unit tier checks that no
+    engine request is made for them.)"""
+    with pytest.raises(openai.BadRequestError) as huge:
+        oai.chat.completions.create(model=PUBLIC, max_tokens=10**12, messages=[{"role": "user", "content": "hi"}])
+    assert huge.value.body["param"] == "max_tokens" and huge.value.status_code == 400
+    long = "please remember this word " * 8000  # about 40,000 tokens; the context is 4,096
+    with pytest.raises(openai.BadRequestError) as chat:
+        oai.chat.completions.create(model=PUBLIC, max_tokens=16, messages=[{"role": "user", "content": long}])
+    assert chat.value.body["code"] == "context_length_exceeded"
+    assert "maximum context length is 4096 tokens" in chat.value.body["message"]
+    with pytest.raises(anthropic.BadRequestError) as messages:
+        claude.messages.create(model=PUBLIC, max_tokens=16, messages=[{"role": "user", "content": long}])
+    assert messages.value.body["error"]["type"] == "invalid_request_error"
+    for err in (huge.value, chat.value, messages.value):
+        no_private(json.dumps(err.body), private_names)

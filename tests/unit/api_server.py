@@ -44,11 +44,13 @@ class RunningAPI:
 
 def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, api_keys: frozenset[str] | None = None,
               body_limit_bytes: int | None = None, registry: SpecialistRegistry | None = None,
-              debug_headers: bool = False, tracer: Tracer = NO_TRACING) -> RunningAPI:
+              debug_headers: bool = False, tracer: Tracer = NO_TRACING,
+              context_tokens: int | None = None) -> RunningAPI:
     """The API over `engine`, with its metrics (a Prometheus registry of its own) at /metrics."""
     store = SQLiteStore(db)
     runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0, tracer=tracer)
-    surfaces = Surfaces(runner=runner, tokens=tokens, api_keys=api_keys, debug_headers=debug_headers)
+    surfaces = Surfaces(runner=runner, tokens=tokens, api_keys=api_keys, debug_headers=debug_headers,
+                        context_tokens=context_tokens)
     if body_limit_bytes is not None:
         surfaces.body_limit_bytes = body_limit_bytes
     with socket.socket() as sock:

@@ -12,6 +12,9 @@ from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
 from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
 
 LIMIT = 4096
+CONTEXT = 256
+"""The engines' context (tokens) for this module's API: the whitespace counter's prompt of `LONG` is over it."""
+LONG = "word " * 400
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
 
 SURFACES = {
@@ -47,6 +50,13 @@ CASES = {
     "non-utf8 body": {s: (b'{"model": "\xff\xfe"}', 400) for s in SURFACES},
     "body over the limit": {s: (SURFACES[s][1](pad="x" * (LIMIT + 10)), 413) for s in SURFACES},
     "unknown model": {s: (SURFACES[s][1](model="gpt-4o"), 404) for s in SURFACES},
+    "max_tokens above the context": {"chat": (SURFACES["chat"][1](max_tokens=10**12), 400),
+                                     "responses": (SURFACES["responses"][1](max_output_tokens=10**12), 400),
+                                     "messages": (SURFACES["messages"][1](max_tokens=10**12), 400)},
+    "prompt over the context": {
+        "chat": (SURFACES["chat"][1](messages=[{"role": "user", "content": LONG}]), 400),
+        "responses": (SURFACES["responses"][1](input=LONG), 400),
+        "messages": (SURFACES["messages"][1](messages=[{"role": "user", "content": LONG}]), 400)},
     "bad sampling value": {"chat": (SURFACES["chat"][1](temperature=9), 400),
                            "responses": (SURFACES["responses"][1](max_output_tokens=0), 400),
                            "messages": (SURFACES["messages"][1](top_p=3), 400)},
@@ -58,7 +68,7 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "r
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path_factory.mktemp("api") / "s.db",
-                        body_limit_bytes=LIMIT)
+                        body_limit_bytes=LIMIT, context_tokens=CONTEXT)
     yield running
     running.stop()
 
@@ -115,3 +125,72 @@ def test_get_and_delete_of_unknown_response_are_404(api):
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
     resp = httpx.get(api.base_url + "/v1/responses/resp_missing/input_items")
     assert resp.status_code == 404
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/chat/completions", SURFACES["chat"][1](max_tokens=10**12), "max_tokens"),
+    ("/v1/chat/completions", SURFACES["chat"][1](max_completion_tokens=CONTEXT), "max_completion_tokens"),
+    ("/v1/responses", SURFACES["responses"][1](max_output_tokens=10**12), "max_output_tokens"),
+])
+def test_a_token_budget_above_the_context_names_its_param(api, path, body, param):
+    resp = httpx.post(api.base_url + path, json=body)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == param and resp.json()["error"]["code"] == "invalid_value"
+    assert f"context is {CONTEXT} tokens" in resp.json()["error"]["message"]
+
+
+def test_a_prompt_over_the_context_says_how_long_it_was(api):
+    for path, body, param in (("/v1/chat/completions", CASES["prompt over the context"]["chat"][0], "messages"),
+                              ("/v1/responses", CASES["prompt over the context"]["responses"][0], "input")):
+        error = httpx.post(api.base_url + path, json=body).json()["error"]
+        assert (error["param"], error["code"]) == (param, "context_length_exceeded")
+        assert f"maximum context length is {CONTEXT} tokens" in error["message"]
+    resp = httpx.post(api.base_url + "/v1/messages", headers=ANTHROPIC_HEADERS,
+                      json=CASES["prompt over the context"]["messages"][0])
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+    assert "maximum context length" in resp.json()["error"]["message"]
+
+
+def test_a_request_that_fits_is_not_tokenized(tmp_path):
+    """Its UTF-8 size bounds its tokens: the common request costs no tokenizer pass."""
+    class Counting(WhitespaceTokenCounter):
+        calls = 0
+
+        def count(self, messages, tools):
+            Counting.calls += 1
+            return super().count(messages, tools)
+
+    running = start_api(FakeEngine(), Counting(), tmp_path / "s.db", context_tokens=4096)
+    try:
+        assert httpx.post(running.base_url + "/v1/chat/completions", json=SURFACES["chat"][1]()).status_code == 200
+        assert Counting.calls == 0
+        long = SURFACES["chat"][1](messages=[{"role": "user", "content": "word " * 1000}], max_tokens=16)
+        assert httpx.post(running.base_url + "/v1/chat/completions", json=long).status_code == 200
+        assert Counting.calls == 1  # 5,000 bytes could be 4,096 tokens: counted (1,000), and it fits
+    finally:
+        running.stop()
+
+
+def test_an_engine_that_refuses_the_request_is_a_400_without_its_words(tmp_path):
+    """vLLM answers 400 for a prompt its specialist's view makes too long; its message may name
+    private models, so the client gets the surface's own."""
+    from functools import partial
+
+    from macaron_ray.core.engine_client import EngineError
+
+    engine = FakeEngine()
+    engine.fail(lambda req: FakeEngine.kind(req) == "answer", times=3,
+                error=partial(EngineError, retryable=False, status=400))
+    running = start_api(engine, WhitespaceTokenCounter(), tmp_path / "s.db")
+    try:
+        for path, body in (("/v1/chat/completions", SURFACES["chat"][1]()),
+                           ("/v1/responses", SURFACES["responses"][1]())):
+            resp = httpx.post(running.base_url + path, json=body)
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request", resp.text
+        resp = httpx.post(running.base_url + "/v1/messages", headers=ANTHROPIC_HEADERS, json=SURFACES["messages"][1]())
+        assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+        assert "fake engine failure" not in resp.text
+        with sqlite3.connect(running.store.path) as db:
+            assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
+    finally:
+        running.stop()
