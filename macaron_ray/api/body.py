@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -17,7 +18,15 @@ from macaron_ray.api.errors import APIError
 logger = logging.getLogger(__name__)
 
 
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: the only way a string of the body can hold one (raw UTF-8 cannot)."""
+
+
 async def read_json(request: Request, limit_bytes: int) -> dict:
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type and media_type != "application/json" and not media_type.endswith("+json"):
+        raise APIError(415, f"Content-Type must be application/json, not {media_type[:64]!r}",
+                       code="unsupported_media_type")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit_bytes:
         raise APIError(413, f"request body is larger than the limit of {limit_bytes} bytes", code="request_too_large")
@@ -40,9 +49,36 @@ async def read_json(request: Request, limit_bytes: int) -> dict:
     except json.JSONDecodeError as exc:
         raise APIError(400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                        code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "request body is nested too deeply", code="invalid_json") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise APIError(400, f"request body has a number that is too large: {str(exc)[:80]}",
+                       code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    if SURROGATE_ESCAPE.search(text) and _lone_surrogate(data):
+        raise APIError(400, "request body has a string with a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+                            "without its pair); it is not text", code="invalid_encoding")
     return data
+
+
+def _lone_surrogate(value) -> bool:
+    """Whether any string (or key) in the parsed body holds a code point of U+D800..U+DFFF (a pair
+    escaped as two \\u escapes is joined by the parser into one character and is fine)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def validate(model: type[BaseModel], data: dict) -> BaseModel:

@@ -70,7 +70,8 @@ class ChatCompletionRequest(_Wire):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-2**63, le=2**63 - 1)
+    """vLLM takes a 64-bit signed seed; a larger one is a 400 here, not an engine error."""
     n: int | None = Field(default=None, ge=1, le=1)
 
     @field_validator("messages")
@@ -134,7 +135,7 @@ async def chat_completions(request: Request, s: Surfaces):
     tenant = s.tenant(request)
     s.check_model(body.model)
     req = turn_request(body, tenant)
-    await s.check_context(req, max_tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+    await s.check_request(req, max_tokens_param="max_completion_tokens" if body.max_completion_tokens else "max_tokens",
                           prompt_param="messages")
     cid, created = new_id("chatcmpl-"), now()
     if not body.stream:

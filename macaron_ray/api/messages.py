@@ -164,7 +164,7 @@ async def create_message(request: Request, s: Surfaces):
                                         temperature=body.temperature if body.temperature is not None else 0.0,
                                         top_p=body.top_p),
                       surface="messages")
-    await s.check_context(req, max_tokens_param="max_tokens", prompt_param="messages")
+    await s.check_request(req, max_tokens_param="max_tokens", prompt_param="messages")
     mid = new_id("msg_")
     if not body.stream:
         text, final = await collect(s.runner, req, param="messages")

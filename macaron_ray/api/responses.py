@@ -186,7 +186,7 @@ async def create_response(request: Request, s: Surfaces):
                                         temperature=body.temperature if body.temperature is not None else 0.0,
                                         top_p=body.top_p),
                       surface="responses")
-    await s.check_context(req, max_tokens_param="max_output_tokens", prompt_param="input")
+    await s.check_request(req, max_tokens_param="max_output_tokens", prompt_param="input")
     draft = _Draft(s, body, tools)
 
     async def store(text: str, final: TurnEvent, obj: dict) -> None:

@@ -30,6 +30,7 @@ from macaron_ray.store.base import ConversationStore, StoreError, tenant_id
 logger = logging.getLogger(__name__)
 
 DEFAULT_BODY_LIMIT_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_MESSAGES = 1024
 TEMPLATE_BYTES, TEMPLATE_BYTES_PER_MESSAGE = 1024, 64
 """More than the chat template adds to a prompt (a default system prompt, tool instructions) and
 around each message (role markers, separators), in bytes: the bound that spares tokenizing."""
@@ -56,13 +57,21 @@ class Surfaces:
     """The engines' context (`max_model_len`): a request whose completion budget, or prompt plus
     budget, cannot fit is refused with a 400 before any engine call. None: not checked here."""
 
-    async def check_context(self, req: TurnRequest, *, max_tokens_param: str, prompt_param: str) -> None:
-        """400 in the surface's envelope when `req` cannot fit the context (the engine would refuse it).
+    max_messages: int = DEFAULT_MAX_MESSAGES
+    """Messages in one request, at most: each past turn the store does not hold costs a route hop
+    and a summary to re-derive."""
+
+    async def check_request(self, req: TurnRequest, *, max_tokens_param: str, prompt_param: str) -> None:
+        """400 in the surface's envelope when `req` has more messages than allowed or cannot fit the
+        context (the engine would refuse it), before any engine call.
 
         The prompt is counted as the base's chat template renders the request, on a worker thread;
         a request whose UTF-8 size already fits is not tokenized (a byte-level BPE token covers at
         least one byte). A specialist's own view may differ from the request by its scaffold and the
         summaries of other turns, so the engine can still refuse a request at the edge."""
+        if len(req.messages) > self.max_messages:
+            raise APIError(400, f"{prompt_param} has {len(req.messages)} messages; at most {self.max_messages} are "
+                                f"accepted in one request", param=prompt_param, code="too_many_messages")
         context = self.context_tokens
         if context is None:
             return

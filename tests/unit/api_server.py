@@ -45,7 +45,7 @@ class RunningAPI:
 def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, api_keys: frozenset[str] | None = None,
               body_limit_bytes: int | None = None, registry: SpecialistRegistry | None = None,
               debug_headers: bool = False, tracer: Tracer = NO_TRACING,
-              context_tokens: int | None = None) -> RunningAPI:
+              context_tokens: int | None = None, max_messages: int | None = None) -> RunningAPI:
     """The API over `engine`, with its metrics (a Prometheus registry of its own) at /metrics."""
     store = SQLiteStore(db)
     runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0, tracer=tracer)
@@ -53,6 +53,8 @@ def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, api_keys:
                         context_tokens=context_tokens)
     if body_limit_bytes is not None:
         surfaces.body_limit_bytes = body_limit_bytes
+    if max_messages is not None:
+        surfaces.max_messages = max_messages
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

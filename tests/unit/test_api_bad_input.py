@@ -11,10 +11,11 @@ import pytest
 from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
 from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
 
-LIMIT = 4096
+LIMIT = 8192
 CONTEXT = 256
 """The engines' context (tokens) for this module's API: the whitespace counter's prompt of `LONG` is over it."""
 LONG = "word " * 400
+MAX_MESSAGES = 64
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
 
 SURFACES = {
@@ -57,6 +58,21 @@ CASES = {
         "chat": (SURFACES["chat"][1](messages=[{"role": "user", "content": LONG}]), 400),
         "responses": (SURFACES["responses"][1](input=LONG), 400),
         "messages": (SURFACES["messages"][1](messages=[{"role": "user", "content": LONG}]), 400)},
+    "seed beyond 64 bits": {"chat": (SURFACES["chat"][1](seed=2**70), 400),
+                            "responses": (SURFACES["responses"][1](max_output_tokens=2**70), 400),
+                            "messages": (SURFACES["messages"][1](max_tokens=2**70), 400)},
+    "integer of 5,000 digits": {s: (json.dumps(SURFACES[s][1]()).replace('"model"', '"n": ' + "9" * 5000 + ', "model"', 1)
+                                    .encode(), 400) for s in SURFACES},
+    "nesting 3,000 deep": {s: (json.dumps(SURFACES[s][1]()).replace('"model"', '"x": ' + "[" * 1500 + "]" * 1500
+                                                                    + ', "model"', 1).encode(), 400) for s in SURFACES},
+    "lone surrogate in text": {s: (json.dumps(SURFACES[s][1]()).replace('"hi"', '"\\ud800 hi"').encode(), 400)
+                               for s in SURFACES},
+    "lone surrogate in metadata": {s: (json.dumps(SURFACES[s][1](metadata={"k": "v"})).replace('"v"', '"\\udfff"')
+                                       .encode(), 400) for s in SURFACES},
+    "too many messages": {
+        "chat": (SURFACES["chat"][1](messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400),
+        "responses": (SURFACES["responses"][1](input=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400),
+        "messages": (SURFACES["messages"][1](messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400)},
     "bad sampling value": {"chat": (SURFACES["chat"][1](temperature=9), 400),
                            "responses": (SURFACES["responses"][1](max_output_tokens=0), 400),
                            "messages": (SURFACES["messages"][1](top_p=3), 400)},
@@ -68,7 +84,7 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "r
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path_factory.mktemp("api") / "s.db",
-                        body_limit_bytes=LIMIT, context_tokens=CONTEXT)
+                        body_limit_bytes=LIMIT, context_tokens=CONTEXT, max_messages=MAX_MESSAGES)
     yield running
     running.stop()
 
@@ -194,3 +210,18 @@ def test_an_engine_that_refuses_the_request_is_a_400_without_its_words(tmp_path)
             assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
     finally:
         running.stop()
+
+
+def test_a_body_that_is_not_json_by_its_content_type_is_415(api):
+    before = len(api.runner.engine.requests)
+    for path, body in (("/v1/chat/completions", SURFACES["chat"][1]()), ("/v1/messages", SURFACES["messages"][1]())):
+        resp = httpx.post(api.base_url + path, content=json.dumps(body),
+                          headers={"content-type": "text/plain", **ANTHROPIC_HEADERS})
+        assert resp.status_code == 415, resp.text
+    assert len(api.runner.engine.requests) == before
+
+
+def test_an_escaped_surrogate_pair_is_text(api):
+    resp = httpx.post(api.base_url + "/v1/chat/completions", content=json.dumps(SURFACES["chat"][1]()).replace(
+        '"hi"', '"\\ud83d\\ude00 hi"'), headers={"content-type": "application/json"})
+    assert resp.status_code == 200, resp.text
