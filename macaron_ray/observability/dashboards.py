@@ -91,6 +91,14 @@ def mean_sum(spec: M.MetricSpec) -> str:
     return f"sum ({_rate(spec.exposed + '_sum')})"
 
 
+def last_reported(metric: str) -> str:
+    """A gauge's last value within the window. Ray's metrics agent drops a gauge not recorded for
+    two export intervals, and vLLM records its gauges only when its engine steps (the ingress its
+    own when they change): an idle engine's gauges vanished ~20 s after its last request
+    (measured 2026-12-04)."""
+    return f"last_over_time({metric}[{RATE}])"
+
+
 def total_rate(spec: M.MetricSpec, by: str = "", selector: str = "") -> str:
     group = f" by ({by})" if by else ""
     return f"sum{group} ({_rate(spec.exposed, selector)})"
@@ -159,8 +167,8 @@ def mol_overview() -> DashboardSpec:
                    Query(total_rate(M.STORE_ERRORS, "operation"), "store {{operation}}", rare=True),
                    Query(total_rate(M.OWNVIEW_CACHE_MISSES), "own-view cache misses", rare=True)), unit="ops"),
         PanelSpec("In flight", "How many turns and streams are open now?",
-                  (Query(f"sum ({M.TURNS_IN_FLIGHT.exposed})", "turns"),
-                   Query(f"sum by (surface) ({M.STREAMS_IN_FLIGHT.exposed})", "streams {{surface}}")),
+                  (Query(f"sum ({last_reported(M.TURNS_IN_FLIGHT.exposed)})", "turns"),
+                   Query(f"sum by (surface) ({last_reported(M.STREAMS_IN_FLIGHT.exposed)})", "streams {{surface}}")),
                   unit="short"),
     )
     reuse = (
@@ -188,11 +196,11 @@ def engines() -> DashboardSpec:
         PanelSpec("Inter-token latency p95 by deployment", "How fast does each engine decode?",
                   (Query(engine_quantile(0.95, "ray_vllm_inter_token_latency_seconds"), "{{deployment}}"),)),
         PanelSpec("Requests running and waiting", "Is any engine queueing?",
-                  (Query(by_deployment("ray_vllm_num_requests_running"), "running {{deployment}}"),
-                   Query(by_deployment("ray_vllm_num_requests_waiting"), "waiting {{deployment}}")),
+                  (Query(by_deployment(last_reported("ray_vllm_num_requests_running")), "running {{deployment}}"),
+                   Query(by_deployment(last_reported("ray_vllm_num_requests_waiting")), "waiting {{deployment}}")),
                   unit="short"),
         PanelSpec("KV-cache usage", "How full is each engine's KV cache?",
-                  (Query(by_deployment("ray_vllm_kv_cache_usage_perc", agg="max"), "{{deployment}}"),),
+                  (Query(by_deployment(last_reported("ray_vllm_kv_cache_usage_perc"), agg="max"), "{{deployment}}"),),
                   unit="percentunit"),
     )
     cache = (
@@ -201,7 +209,7 @@ def engines() -> DashboardSpec:
                          f"{by_deployment(_rate('ray_vllm_prefix_cache_queries_total'))}", "{{deployment}}"),),
                   unit="percentunit"),
         PanelSpec("LoRA adapters", "How many adapters can each engine hold, and which are running?",
-                  (Query(by_deployment("ray_vllm_lora_requests_info", "max_lora, running_lora_adapters",
+                  (Query(by_deployment(last_reported("ray_vllm_lora_requests_info"), "max_lora, running_lora_adapters",
                                        agg="count"), "{{deployment}} max {{max_lora}}"),),
                   unit="short", kind="table"),
     )

@@ -320,7 +320,15 @@ def test_prometheus_reads_every_dashboard_query_under_a_mixed_load(cluster, pd, 
         assert prom.scalar(count("turn_seconds")) - before["turn_seconds"] in (delivered, delivered + 1)
         assert prom.scalar(count("route_hop_seconds")) == before["route_hop_seconds"] + delivered + 1
         assert prom.targets_up()
-        assert evaluate_every_panel(prom, "10m") == []
+        # Idle engines: Ray's agent drops a gauge ~20 s after its last record (vLLM records on engine
+        # steps only); the dashboards read a gauge's last report in the window, so they still have data.
+        time.sleep(45)
+        missing = evaluate_every_panel(prom, "10m")
+        if missing:  # what the engine panels join, to tell a missing metric from a missing join key
+            from macaron_ray.observability.dashboards import REPLICA_DEPLOYMENT
+            seen = {expr: [r["metric"] for r in prom.query(expr)]
+                    for expr in ("ray_vllm_num_requests_running", REPLICA_DEPLOYMENT)}
+            pytest.fail(f"panels without data: {missing}; series: {json.dumps(seen)[:4000]}")
 
 
 def assert_greedy_equal(pd: Greedy, aggregated: Greedy, *, tie_nats: float = 0.25) -> str:
