@@ -255,9 +255,11 @@ async def _stream(draft: _Draft, first: TurnEvent | None, events: AsyncIterator[
                         arguments=item["arguments"], name=item["name"])
             yield event("response.output_item.done", output_index=i, item=item)
         obj = draft.finish(text_item, calls, final)
-        yield event("response.incomplete" if obj["status"] == "incomplete" else "response.completed", response=obj)
-        await anext(events, None)  # delivered: let the turn commit
+        await anext(events, None)  # the whole answer went out: let the turn commit
+        # Stored before the client hears it is complete: a GET or a `previous_response_id` sent on
+        # `response.completed` finds it.
         await store(full, final, obj)
+        yield event("response.incomplete" if obj["status"] == "incomplete" else "response.completed", response=obj)
     except Exception as exc:  # noqa: BLE001 - after the stream started, errors go in-band
         err = to_api_error(exc, param="input")
         code = "rate_limit_exceeded" if err.status == 429 else "invalid_prompt" if err.status < 500 else "server_error"

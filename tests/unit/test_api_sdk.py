@@ -320,3 +320,24 @@ def test_responses_failure_after_stream_started_is_response_failed(oai, api):
     assert events[-1].response.error.code == "server_error"
     assert rows(api, "turns") == 0 and rows(api, "responses") == 0
     assert_no_private_names(json.dumps([e.model_dump() for e in events]))
+
+
+def test_a_streamed_response_is_stored_before_it_is_completed(oai, api, monkeypatch):
+    """A client may GET the response, or chain on it, the moment it reads `response.completed`: the
+    store is written first (a slow store here makes the old order, completed then store, fail)."""
+    import asyncio
+
+    slow = type(api.store).put_response
+
+    async def put_response(self, *args, **kwargs):
+        await asyncio.sleep(0.5)
+        return await slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(api.store), "put_response", put_response)
+    with oai.responses.stream(model=PUBLIC_MODEL, input="draw a chart of sales") as stream:
+        for event in stream:
+            if event.type == "response.completed":
+                assert oai.responses.retrieve(event.response.id).status == "completed"
+                follow = oai.responses.create(model=PUBLIC_MODEL, input="and a table",
+                                              previous_response_id=event.response.id)
+                assert follow.status == "completed"
