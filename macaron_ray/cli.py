@@ -273,13 +273,13 @@ def _ready_banner(url: str, model: str) -> str:
 
 def _serve_standalone(args: argparse.Namespace) -> int:
     """One engine for every hop, no Ray: the API app over a local vLLM server."""
+    import signal
+
     import uvicorn
 
     from macaron_ray.api.standalone import build_standalone_app
     from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
     from macaron_ray.paths import cache_dir
-
-    import signal
 
     (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
     server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")

@@ -81,14 +81,13 @@ class Surfaces:
                                 f"prompt included, so it must be below {context}", param=max_tokens_param,
                            code="invalid_value")
         limit = context - (budget or 1)
-        messages = [m.to_openai() for m in req.messages]
         size = TEMPLATE_BYTES + sum(len((m.content or "").encode()) + TEMPLATE_BYTES_PER_MESSAGE
                                     for m in req.messages)
         size += sum(len(json.dumps(c.model_dump()).encode()) for m in req.messages for c in m.tool_calls or ())
         size += len(json.dumps(req.tools).encode()) if req.tools else 0
         if size <= limit:
             return
-        prompt = await asyncio.to_thread(self.tokens.count, messages, req.tools)
+        prompt = await asyncio.to_thread(self.tokens.count, [m.to_openai() for m in req.messages], req.tools)
         if prompt > limit:
             raise APIError(400, f"This model's maximum context length is {context} tokens. However, you requested "
                                 f"{prompt + (budget or 0)} tokens ({prompt} in the {prompt_param}, {budget or 0} "

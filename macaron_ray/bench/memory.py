@@ -259,14 +259,14 @@ def run(profile: Path, out: Path, *, conversations: int = 8, load_s: float = 90.
     log_dir.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    configs = {}
-    for name in ("before", "after"):
-        store = log_dir / f"bench-memory-{name}.db"
+    stores = {name: log_dir / f"bench-memory-{name}.db" for name in ("before", "after")}
+    for store in stores.values():
         store.unlink(missing_ok=True)
-        path = log_dir / f"bench-memory-{name}.yaml"
-        configs[name] = (before_config(profile, path, port=port, store=store) if name == "before" else
-                         serve_config_with(profile, path, port=port,
-                                           args_updates={"store": {"kind": "sqlite", "path": str(store)}}))
+    configs = {
+        "before": before_config(profile, log_dir / "bench-memory-before.yaml", port=port, store=stores["before"]),
+        "after": serve_config_with(profile, log_dir / "bench-memory-after.yaml", port=port,
+                                   args_updates={"store": {"kind": "sqlite", "path": str(stores["after"])}}),
+    }
     prompts = prompts_from_traces(prompt_count)
     result: dict = {"profile": Path(profile).name, "target_pss_gib": TARGET_PSS_GIB, "before_updates": BEFORE_UPDATES,
                     "prompts": len(prompts), "answer_tokens": answer_tokens, "max_tokens": max_tokens}

@@ -253,11 +253,11 @@ class TurnRunner:
 
     # -- hops -------------------------------------------------------------------------------
 
-    async def _call_router(self, req: EngineRequest, engine: EngineClient | None = None,
-                           ) -> tuple[str, EngineDelta | None]:
-        """One route (or, on `engine`, summary) request: its whole text and its final delta."""
+    @staticmethod
+    async def _whole(engine: EngineClient, req: EngineRequest) -> tuple[str, EngineDelta | None]:
+        """One route or summary request on `engine`: its whole text and its final delta."""
         parts, final = [], None
-        async for delta in (engine or self.router).stream(req):
+        async for delta in engine.stream(req):
             parts.append(delta.text)
             if delta.finish_reason is not None:
                 final = delta
@@ -269,8 +269,7 @@ class TurnRunner:
         labels, entry = self.registry.labels, self.registry.entry_label
         span = self.tracer.start("route", parent)
         try:
-            output, final = await self._call_router(
-                route_hop.route_request(self.registry.adapter(entry), user_text, labels, context=context))
+            output, final = await self._whole(self.router, route_hop.route_request(self.registry.adapter(entry), user_text, labels, context=context))
             self.metrics.tokens("route", entry, final.usage if final else None)
             label = route_hop.parse_label(output, labels)
             if label is None:
@@ -295,7 +294,7 @@ class TurnRunner:
                             continue_final_message=bool(summary_hop.begun(messages)), priority=SUMMARY_PRIORITY)
         span = self.tracer.start("summary", parent)
         try:
-            text, final = await self._call_router(req, self.summarizer)
+            text, final = await self._whole(self.summarizer, req)
             span.set("engine.request_id", final.request_id if final else None)
         except BaseException as exc:
             span.error(exc)
