@@ -12,7 +12,7 @@ model: install
 	@$(MACARON) models prepare >/dev/null
 
 serve: install model
-	$(MACARON) serve
+	$(MACARON) serve $(SERVE_ARGS)
 
 # Every tier; the e2e tier starts real vLLM CPU engines, one at a time.
 test: install model

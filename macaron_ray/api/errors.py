@@ -41,6 +41,14 @@ def anthropic_body(err: APIError) -> dict:
     return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(err.status, "api_error"), "message": err.message}}
 
 
+def error_response(path: str, err: APIError):
+    """`err` as a response in the envelope of the surface `path` belongs to."""
+    from starlette.responses import JSONResponse
+
+    body = anthropic_body(err) if path.startswith("/v1/messages") else openai_body(err)
+    return JSONResponse(body, status_code=err.status, headers=err.headers or None)
+
+
 def internal_error() -> APIError:
     return APIError(500, "The server had an error while processing the request.", code="internal_error")
 

@@ -146,7 +146,7 @@ def _usage(final: TurnEvent) -> dict:
 async def count_tokens(request: Request, s: Surfaces) -> JSONResponse:
     _check_headers(request)
     body = validate(CountTokensRequest, await read_json(request, s.body_limit_bytes))
-    s.tenant(request, anthropic=True)
+    s.tenant(request)
     s.check_model(body.model)
     messages = [m.to_openai() for m in to_core(body)]
     return JSONResponse({"input_tokens": s.tokens.count(messages, _tools(body))})
@@ -155,7 +155,7 @@ async def count_tokens(request: Request, s: Surfaces) -> JSONResponse:
 async def create_message(request: Request, s: Surfaces):
     _check_headers(request)
     body = validate(MessagesRequest, await read_json(request, s.body_limit_bytes))
-    tenant = s.tenant(request, anthropic=True)
+    tenant = s.tenant(request)
     s.check_model(body.model)
     tools = _tools(body)
     req = TurnRequest(tenant=tenant, messages=to_core(body), tools=tools,

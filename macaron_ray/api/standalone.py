@@ -12,8 +12,11 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from macaron_ray.api.app import build_api
+from macaron_ray.api.gate import Limits
+from macaron_ray.api.keys import KeyRing
 from macaron_ray.api.surface import Surfaces
 from macaron_ray.api.tokens import TemplateTokenCounter
+from macaron_ray.core.deadlines import Deadlines
 from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnRunner
 from macaron_ray.engine.openai_http import OpenAIHTTPEngine
@@ -23,7 +26,8 @@ from macaron_ray.store.sqlite import SQLiteStore
 
 
 def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
-                         public_model: str = DEFAULT_PUBLIC_MODEL, api_keys: frozenset[str] | None = None,
+                         public_model: str = DEFAULT_PUBLIC_MODEL, keys: KeyRing | None = None,
+                         limits: Limits = Limits(), deadlines: Deadlines = Deadlines(),
                          debug_headers: bool = False, otlp_endpoint: str | None = None,
                          context_tokens: int | None = None) -> FastAPI:
     """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics.
@@ -32,7 +36,7 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
     store = SQLiteStore(store_path)
     tracer = otlp_tracer(otlp_endpoint)
     runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store,
-                        metrics=MoLMetrics(PrometheusExporter()), tracer=tracer)
+                        metrics=MoLMetrics(PrometheusExporter()), tracer=tracer, deadlines=deadlines)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -43,6 +47,6 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
         if isinstance(tracer, OTelTracer):
             tracer.shutdown()  # flushes the last spans
 
-    surfaces = Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), api_keys=api_keys,
+    surfaces = Surfaces(runner=runner, tokens=TemplateTokenCounter.embedded(model_dir), keys=keys, limits=limits,
                         debug_headers=debug_headers, context_tokens=context_tokens)
     return build_api(surfaces, lifespan, metrics_endpoint=True)

@@ -13,19 +13,21 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from macaron_ray.api.errors import APIError, engine_unavailable, internal_error, store_unavailable
+from macaron_ray.api.gate import TENANT_STATE, Limits, authenticate
+from macaron_ray.api.keys import KeyRing
 from macaron_ray.api.timing import SPECIALIST_HEADER, server_timing, sse_comment
 from macaron_ray.core.conversation import HistoryError
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
 from macaron_ray.observability.metrics import MoLMetrics
-from macaron_ray.store.base import ConversationStore, StoreError, tenant_id
+from macaron_ray.store.base import ConversationStore, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +50,11 @@ class Surfaces:
 
     runner: TurnRunner
     tokens: TokenCounter
-    api_keys: frozenset[str] | None = None
-    """When set, requests must present one of these keys; when None, any key (or none) is a tenant."""
+    keys: KeyRing | None = None
+    """When set, every request but /health must present one of its keys (checked by the gate before
+    the body is read); when None, any key (or none) names its own tenant."""
+    limits: Limits = field(default_factory=Limits)
+    """Per-tenant rate and concurrency, and this replica's turns in flight (the gate)."""
     body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES
     debug_headers: bool = False
     """Send the specialist label of each turn (`x-macaron-specialist`); off by default."""
@@ -135,17 +140,10 @@ class Surfaces:
     def public_model(self) -> str:
         return self.runner.registry.public_model
 
-    def tenant(self, request: Request, *, anthropic: bool = False) -> str:
-        key = None
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            key = auth[7:].strip()
-        if anthropic and request.headers.get("x-api-key"):
-            key = request.headers["x-api-key"].strip()
-        if self.api_keys is not None and key not in self.api_keys:
-            raise APIError(401, "invalid or missing API key" if key else "missing API key",
-                           code="invalid_api_key")
-        return tenant_id(key)
+    def tenant(self, request: Request) -> str:
+        """The request's tenant id, as the gate authenticated it."""
+        tenant = request.scope.get("state", {}).get(TENANT_STATE)
+        return tenant if tenant is not None else authenticate(self.keys, request.headers, request.url.path)
 
     def check_model(self, model: str) -> None:
         if model != self.public_model:

@@ -81,6 +81,8 @@ def build_mol(args: dict):
     from macaron_ray.serve.args import AppArgs
 
     app_args = AppArgs.model_validate(args["profile"])
+    # Both ingresses queue what they cannot take yet (the stock one has no gate): no back-pressure cap.
+    app_args.ingress.limits.turns_in_flight = None
     return ingress_deployment(app_args).bind(app_args.model_dump(mode="json"), _engine(f"{ENGINE}Router").bind(),
                                              _engine(f"{ENGINE}Answer").bind())
 

@@ -36,6 +36,10 @@ class EngineRequest:
     repetition_penalty: float | None = None
     """vLLM's multiplicative penalty on tokens already in the prompt or output (None: the engine's 1.0)."""
     frequency_penalty: float | None = None
+    cache_salt: str | None = None
+    """Mixed into the engine's prefix-cache block hashes (vLLM `cache_salt`): requests of different
+    salts never share cached blocks. The runner salts every hop with its tenant, so one tenant
+    cannot learn from `cached_tokens` or from timing whether another sent a prompt."""
     priority: int = 0
     """Scheduling priority on an engine that schedules by priority (vLLM's `scheduling_policy:
     priority`; lower runs first): the route hop, which the user waits for, goes before answer

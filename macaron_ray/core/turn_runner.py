@@ -22,12 +22,13 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from macaron_ray.core import route_hop, summary_hop
 from macaron_ray.core.conversation import (
     History, HistoryError, Message, ToolCall, Turn, TurnMeta, pending_tool_results, split_turns,
 )
+from macaron_ray.core.deadlines import DeadlineEngine, Deadlines
 from macaron_ray.core.engine_client import (
     SUMMARY_PRIORITY, EngineClient, EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable,
     Usage,
@@ -40,6 +41,8 @@ from macaron_ray.store.base import ConversationStore, StoreError
 from macaron_ray.store.metered import MeteredStore
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_REDERIVED_TURNS = 32
 
 
 @dataclass(frozen=True)
@@ -119,16 +122,26 @@ class TurnRunner:
                  router: EngineClient | None = None, summarizer: EngineClient | None = None,
                  metrics: MoLMetrics | None = None,
                  tracer: Tracer = NO_TRACING, summary_attempts: int = 3,
-                 summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0, view: str = "own"):
+                 summary_retry_delay_s: float = 0.5, summary_wait_s: float = 60.0, view: str = "own",
+                 deadlines: Deadlines | None = Deadlines(), summary_timeout_s: float = 120.0,
+                 max_rederived_turns: int = DEFAULT_MAX_REDERIVED_TURNS):
         """`engine` serves the answer hops; `router` (default: `engine`) the route hops, `summarizer`
         (default: `router`) the summary hops.
         `metrics` default: a Prometheus registry of the runner's own. `store` is wrapped so that its
         failures are counted and raised as `StoreError`. `view`: "own" (own-view), or "naive" (the
-        whole history verbatim for every specialist: the baseline `macaron bench ownview` measures)."""
+        whole history verbatim for every specialist: the baseline `macaron bench ownview` measures).
+        `deadlines`: on every engine call (None: none). `summary_timeout_s`: one summary attempt, at
+        most. `max_rederived_turns`: past turns of one request the store does not know, at most (each
+        costs a route hop and maybe a summary); a request with more gets a 400 before any hop."""
         self.registry = registry
-        self.engine = engine
-        self.router = router or engine
-        self.summarizer = summarizer or self.router
+        router, summarizer = router or engine, summarizer or router or engine
+        if deadlines is not None:
+            wrapped: dict[int, DeadlineEngine] = {}  # one wrapper per distinct engine
+            engine, router, summarizer = (wrapped.setdefault(id(e), DeadlineEngine(e, deadlines))
+                                          for e in (engine, router, summarizer))
+        self.engine, self.router, self.summarizer = engine, router, summarizer
+        self.summary_timeout_s = summary_timeout_s
+        self.max_rederived_turns = max_rederived_turns
         self.metrics = metrics if metrics is not None else MoLMetrics()
         self.tracer = tracer
         self.store = MeteredStore(store, self.metrics)
@@ -170,7 +183,8 @@ class TurnRunner:
                 m.stickiness_hits.inc(specialist=label)
             else:
                 started = time.perf_counter()
-                label = await self.route(current.user.content or "", parent=span, context=route_context(past))
+                label = await self.route(current.user.content or "", parent=span, context=route_context(past),
+                                         tenant=req.tenant)
                 timing.route_s = time.perf_counter() - started
                 m.route_hop.observe(timing.route_s, specialist=label, surface=surface)
                 m.route_decisions.inc(specialist=label)
@@ -187,7 +201,7 @@ class TurnRunner:
                 adapter=specialist.adapter_id, messages=view, tools=req.tools, tool_choice=req.tool_choice,
                 max_tokens=req.sampling.max_tokens, temperature=req.sampling.temperature,
                 top_p=req.sampling.top_p, stop=req.sampling.stop, seed=req.sampling.seed,
-                **specialist.answer_sampling.model_dump())
+                cache_salt=cache_salt(req.tenant), **specialist.answer_sampling.model_dump())
             text: list[str] = []
             hop = self.tracer.start("answer", span, specialist=label)
             started = time.perf_counter()
@@ -226,7 +240,7 @@ class TurnRunner:
                 await self._commit(req.tenant, current, label, "".join(text), final.tool_calls, timing, surface,
                                    span)
         except BaseException as exc:
-            if not delivered:
+            if not delivered and not isinstance(exc, HistoryError):  # a client error: nothing ran
                 m.rollbacks.inc(cause=rollback_cause(exc), surface=surface)
             span.error(exc)
             raise
@@ -264,12 +278,14 @@ class TurnRunner:
         return "".join(parts), final
 
     async def route(self, user_text: str, parent: Span | None = None,
-                    context: route_hop.RouteContext | None = None) -> str:
-        """The route hop. A non-canonical output is a routing error and falls back to L0."""
+                    context: route_hop.RouteContext | None = None, *, tenant: str | None = None) -> str:
+        """The route hop (prefix cache salted by `tenant`). A non-canonical output is a routing error
+        and falls back to L0."""
         labels, entry = self.registry.labels, self.registry.entry_label
         span = self.tracer.start("route", parent)
         try:
-            output, final = await self._whole(self.router, route_hop.route_request(self.registry.adapter(entry), user_text, labels, context=context))
+            req = route_hop.route_request(self.registry.adapter(entry), user_text, labels, context=context)
+            output, final = await self._whole(self.router, replace(req, cache_salt=cache_salt(tenant)))
             self.metrics.tokens("route", entry, final.usage if final else None)
             label = route_hop.parse_label(output, labels)
             if label is None:
@@ -285,13 +301,16 @@ class TurnRunner:
         finally:
             span.end()
 
-    async def summarize(self, user_text: str, digest: str, parent: Span | None = None, label: str | None = None) -> str:
-        """The summary hop on a turn `label` answered (its subject begins the summary)."""
+    async def summarize(self, user_text: str, digest: str, parent: Span | None = None, label: str | None = None,
+                        *, tenant: str | None = None) -> str:
+        """The summary hop on a turn `label` answered (its subject begins the summary; the prefix
+        cache salted by `tenant`)."""
         entry = self.registry.entry_label
         messages = summary_hop.summary_messages(user_text, digest, label)
         req = EngineRequest(adapter=self.registry.adapter(entry), messages=messages,
                             max_tokens=summary_hop.SUMMARY_BUDGET_TOKENS, temperature=0.0,
-                            continue_final_message=bool(summary_hop.begun(messages)), priority=SUMMARY_PRIORITY)
+                            continue_final_message=bool(summary_hop.begun(messages)), priority=SUMMARY_PRIORITY,
+                            cache_salt=cache_salt(tenant))
         span = self.tracer.start("summary", parent)
         try:
             text, final = await self._whole(self.summarizer, req)
@@ -311,7 +330,8 @@ class TurnRunner:
         for attempt in range(1, self.summary_attempts + 1):
             started = time.perf_counter()
             try:
-                summary = await self.summarize(user_text, digest, parent, label)
+                async with asyncio.timeout(self.summary_timeout_s):
+                    summary = await self.summarize(user_text, digest, parent, label, tenant=tenant)
                 elapsed = time.perf_counter() - started
                 await self.store.set_summary(tenant, key, summary, elapsed)
             except Exception as exc:  # noqa: BLE001 - any failure is retried, then left pending
@@ -330,6 +350,11 @@ class TurnRunner:
     async def _past_metas(self, tenant: str, history: History) -> list[tuple[Turn, TurnMeta]]:
         past = history.turns[:-1]
         metas = await asyncio.gather(*(self.store.get_turn(tenant, t.key) for t in past))
+        unknown = sum(meta is None for meta in metas)
+        if unknown > self.max_rederived_turns:
+            raise HistoryError(f"{unknown} earlier turns of this conversation are not known to this server; at "
+                               f"most {self.max_rederived_turns} are re-derived in one request. Send fewer past "
+                               f"turns, or continue a conversation this server answered")
         out = []
         for turn, meta in zip(past, metas):
             if meta is None:
@@ -339,7 +364,7 @@ class TurnRunner:
         return out
 
     async def _rederive_label(self, tenant: str, turn: Turn) -> str:
-        label = await self.route(turn.user.content or "")
+        label = await self.route(turn.user.content or "", tenant=tenant)
         await self.store.put_turn(tenant, turn.key, TurnMeta(label=label))
         return label
 
@@ -383,6 +408,11 @@ class TurnRunner:
         """Wait for every pending summary (shutdown)."""
         if self._pending:
             await asyncio.gather(*list(self._pending.values()), return_exceptions=True)
+
+
+def cache_salt(tenant: str | None) -> str | None:
+    """The engines' prefix-cache salt of a tenant's requests (None: unsalted, shared)."""
+    return None if tenant is None else f"tenant-{tenant}"
 
 
 def route_context(past: list[tuple[Turn, TurnMeta]]) -> route_hop.RouteContext | None:

@@ -18,7 +18,7 @@ def request_body(req: EngineRequest, *, priority: bool = False) -> dict:
     body: dict = {"model": req.adapter, "messages": req.messages, "stream": True,
                   "stream_options": {"include_usage": True}, "temperature": req.temperature}
     for name in ("tools", "tool_choice", "max_tokens", "top_p", "stop", "seed", "repetition_penalty",
-                 "frequency_penalty"):
+                 "frequency_penalty", "cache_salt"):
         value = getattr(req, name)
         if value is not None:
             body[name] = value

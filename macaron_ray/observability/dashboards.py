@@ -158,6 +158,9 @@ def mol_overview() -> DashboardSpec:
     reliability = (
         PanelSpec("Rollbacks by cause", "Why are turns rolled back (engine error, disconnect, timeout, ...)?",
                   (Query(total_rate(M.ROLLBACKS, "cause"), "{{cause}}", rare=True),), unit="ops"),
+        PanelSpec("Refused requests by reason", "What is refused before any engine call: auth, rate or "
+                  "concurrency limits, back-pressure (overloaded), size or context limits, invalid input?",
+                  (Query(total_rate(M.REJECTIONS, "reason"), "{{reason}}", rare=True),), unit="ops"),
         PanelSpec("Requests and committed turns", "How much traffic, by status class, and how many turns commit?",
                   (Query(total_rate(M.REQUESTS, "surface, status_class"), "{{surface}} {{status_class}}"),
                    Query(total_rate(M.TURNS_COMMITTED), "turns committed")), unit="reqps"),

@@ -38,11 +38,18 @@ ROLLBACK_CAUSES = ("engine_error", "client_disconnect", "timeout", "unavailable"
 HOPS = ("route", "answer", "summary")
 STORE_OPERATIONS = ("get_turn", "put_turn", "set_summary", "put_response", "get_response", "delete_response")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
+REJECT_REASONS = {
+    "invalid_api_key": "unauthenticated", "rate_limit_exceeded": "rate_limited",
+    "too_many_concurrent_requests": "too_many_concurrent", "overloaded": "overloaded",
+    "request_too_large": "too_large", "too_many_messages": "too_many_messages",
+    "context_length_exceeded": "context_length",
+}
+"""`rejected_requests_total`'s reason for each APIError code; any other 4xx is `invalid_request`."""
 
 _SPECIALIST = re.compile(r"L[0-9]+")
 _CLOSED_SETS: dict[str, tuple[str, ...]] = {
     "surface": REQUEST_SURFACES, "cause": ROLLBACK_CAUSES, "hop": HOPS, "operation": STORE_OPERATIONS,
-    "status_class": STATUS_CLASSES,
+    "status_class": STATUS_CLASSES, "reason": (*REJECT_REASONS.values(), "invalid_request"),
 }
 
 Kind = Literal["counter", "histogram", "gauge"]
@@ -115,6 +122,10 @@ PROMPT_TOKENS = MetricSpec("macaron_prompt_tokens_total", "counter",
 CACHED_PROMPT_TOKENS = MetricSpec("macaron_cached_prompt_tokens_total", "counter",
                                   "Prompt tokens the engines served from their prefix cache, by hop and specialist.",
                                   ("hop", "specialist"))
+REJECTIONS = MetricSpec("macaron_rejected_requests_total", "counter",
+                        "Requests refused with a 4xx or a 503 overloaded before any engine call, by surface and reason "
+                        "(auth, rate, concurrency, back-pressure, size and context limits, invalid input).",
+                        ("surface", "reason"))
 TURNS_IN_FLIGHT = MetricSpec("macaron_turns_in_flight", "gauge", "Turns being run now.", ("surface",))
 STREAMS_IN_FLIGHT = MetricSpec("macaron_streams_in_flight", "gauge", "Streamed responses open now.",
                                ("surface",))
@@ -122,7 +133,7 @@ STREAMS_IN_FLIGHT = MetricSpec("macaron_streams_in_flight", "gauge", "Streamed r
 ALL: tuple[MetricSpec, ...] = (
     ROUTE_HOP, ANSWER_TTFT, ANSWER, SUMMARY_HOP, SUMMARY_WAIT, TURN, ROUTE_DECISIONS, ROUTER_NONCANONICAL,
     STICKINESS_HITS, TURNS_COMMITTED, ROLLBACKS, SUMMARY_FAILURES, OWNVIEW_CACHE_MISSES, STORE_ERRORS, REQUESTS,
-    PROMPT_TOKENS, CACHED_PROMPT_TOKENS, TURNS_IN_FLIGHT, STREAMS_IN_FLIGHT,
+    PROMPT_TOKENS, CACHED_PROMPT_TOKENS, REJECTIONS, TURNS_IN_FLIGHT, STREAMS_IN_FLIGHT,
 )
 
 
@@ -184,8 +195,17 @@ class MoLMetrics:
         self.requests = make(REQUESTS)
         self.prompt_tokens = make(PROMPT_TOKENS)
         self.cached_prompt_tokens = make(CACHED_PROMPT_TOKENS)
+        self.rejections = make(REJECTIONS)
         self.turns_in_flight = make(TURNS_IN_FLIGHT)
         self.streams_in_flight = make(STREAMS_IN_FLIGHT)
+
+    def count_rejection(self, path: str, err) -> None:
+        """An `APIError` answered to the client: counted when it is a refusal (4xx, or 503 overloaded)."""
+        if 400 <= err.status < 500 or err.code == "overloaded":
+            from macaron_ray.api.app import surface_of
+
+            self.rejections.inc(surface=surface_of(path),
+                                reason=REJECT_REASONS.get(err.code or "", "invalid_request"))
 
     def tokens(self, hop: str, specialist: str, usage) -> None:
         """Prompt and cached prompt tokens of one engine call (`usage`: core `Usage` or None)."""

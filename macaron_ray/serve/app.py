@@ -37,7 +37,9 @@ class MoLIngress:
     """Builds the API over Serve handles; the same app `macaron serve --standalone` runs over HTTP."""
 
     def __init__(self, args: dict, router, answer):
+        from macaron_ray.api.gate import Limits
         from macaron_ray.api.surface import Surfaces
+        from macaron_ray.core.deadlines import Deadlines
         from macaron_ray.api.tokens import TemplateTokenCounter
         from macaron_ray.core.turn_runner import TurnRunner
         from macaron_ray.observability.metrics import MoLMetrics, RayExporter
@@ -51,15 +53,18 @@ class MoLIngress:
         answer_engine = ServeHandleEngine(answer, watch=self.watch, also_needs=prefill)
         route_engine = ServeHandleEngine(router, watch=self.watch,
                                          priority=self.args.schedules_by_priority(self.args.router_role()))
+        ingress = self.args.ingress
+        lim, out = ingress.limits, ingress.timeouts
         self.runner = TurnRunner(self.args.registry(), answer_engine, self.store, router=route_engine,
                                  summarizer=route_engine if self.args.summary_role() == "router" else answer_engine,
-                                 metrics=MoLMetrics(RayExporter()), tracer=otlp_tracer(self.args.ingress.otlp_endpoint))
-        keys = None
-        if self.args.ingress.api_keys_env:
-            keys = frozenset(k for k in os.environ.get(self.args.ingress.api_keys_env, "").split(",") if k)
+                                 metrics=MoLMetrics(RayExporter()), tracer=otlp_tracer(ingress.otlp_endpoint),
+                                 deadlines=Deadlines(out.first_token_s, out.inter_token_s),
+                                 summary_timeout_s=out.summary_s, max_rederived_turns=lim.max_rederived_turns)
         self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
-                                 api_keys=keys, debug_headers=self.args.ingress.debug_headers,
-                                 context_tokens=self.args.context_tokens())
+                                 keys=_key_ring(ingress.api_keys_env), debug_headers=ingress.debug_headers,
+                                 context_tokens=self.args.context_tokens(),
+                                 limits=Limits(lim.requests_per_s, lim.burst, lim.concurrent_turns, lim.turns_in_flight),
+                                 max_messages=lim.max_messages, body_limit_bytes=lim.body_bytes)
 
     async def __serve_build_asgi_app__(self):
         from macaron_ray.api.app import build_api
@@ -84,6 +89,20 @@ def _open_store(args: AppArgs):
 
     return SQLiteStore(Path(args.store.path).expanduser() if args.store.path
                        else cache_dir() / "state" / f"{args.profile}.db")
+
+
+def _key_ring(env: str | None):
+    """The keys file held by the env var `env` (mounted from a Secret), or None: no auth. The error
+    names the variable, never its value."""
+    if env is None:
+        return None
+    from macaron_ray.api.keys import KeyRing
+
+    text = os.environ.get(env, "")
+    if not text.strip():
+        raise RuntimeError(f"ingress.api_keys_env: the env var {env} is unset or empty in this replica's "
+                           f"environment; it must hold the keys file (`macaron keys new` makes its lines)")
+    return KeyRing.parse(text, source=f"the keys in ${env}")
 
 
 def _redis_url(store: StoreArgs) -> str:

@@ -98,13 +98,51 @@ class StoreArgs(_Strict):
         return self
 
 
+class LimitArgs(_Strict):
+    """What one tenant (API key) and one ingress replica may take at once (`macaron_ray.api.gate`)."""
+
+    requests_per_s: float | None = Field(None, gt=0)
+    """Per tenant, sustained; None: no rate limit."""
+    burst: int = Field(20, ge=1)
+    concurrent_turns: int | None = Field(None, ge=1)
+    """Per tenant, per ingress replica: turns (streams included) at once."""
+    turns_in_flight: int | None = Field(None, ge=1)
+    """Per ingress replica: turns at once before new ones get 503 + Retry-After; below
+    `max_ongoing_requests`, so excess load is refused in the API's envelope, not queued by Serve."""
+    max_messages: int = Field(1024, ge=1)
+    body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_rederived_turns: int = Field(32, ge=0)
+    """Past turns of one request the store does not know, at most (each costs a route hop)."""
+
+
+class TimeoutArgs(_Strict):
+    """Deadlines on every engine call (`macaron_ray.core.deadlines`)."""
+
+    first_token_s: float = Field(120.0, gt=0)
+    """From an engine call to its first token (queueing and prefill are in it)."""
+    inter_token_s: float = Field(30.0, gt=0)
+    summary_s: float = Field(120.0, gt=0)
+    """One summary attempt, at most."""
+
+
 class IngressArgs(_Strict):
     num_replicas: int = Field(1, ge=1)
     max_ongoing_requests: int = Field(64, ge=1)
     node_type: str | None = Field(None, pattern=NODE_TYPE_PATTERN)
     num_cpus: float = Field(0.5, ge=0)
     api_keys_env: str | None = None
-    """Name of an env var holding comma-separated API keys; unset: no auth."""
+    """Name of an env var holding the keys file: a line of salted hash per key (`macaron_ray.api.keys`;
+    plain keys are refused). Unset: no auth."""
+    limits: LimitArgs = Field(default_factory=LimitArgs)
+    timeouts: TimeoutArgs = Field(default_factory=TimeoutArgs)
+
+    @model_validator(mode="after")
+    def _back_pressure_below_serve(self) -> "IngressArgs":
+        cap = self.limits.turns_in_flight
+        if cap is not None and cap > self.max_ongoing_requests:
+            raise ValueError(f"ingress.limits.turns_in_flight ({cap}) must not exceed ingress.max_ongoing_requests "
+                             f"({self.max_ongoing_requests}): beyond it Serve queues the requests before the gate sees them")
+        return self
     debug_headers: bool = False
     """Send each turn's specialist label to clients (`x-macaron-specialist`). Off in production:
     the label is an internal routing decision."""

@@ -28,6 +28,11 @@ def tenant_id(api_key: str | None) -> str:
     return hashlib.sha256(b"tenant\0" + (api_key or "").encode()).hexdigest()[:32]
 
 
+def named_tenant_id(name: str) -> str:
+    """The tenant id of a tenant named in a keys file: the same for each of its keys (rotation)."""
+    return hashlib.sha256(b"named-tenant\0" + name.encode()).hexdigest()[:32]
+
+
 def encode_meta(meta: TurnMeta) -> str:
     return json.dumps({"label": meta.label, "summary": meta.summary, "summary_s": meta.summary_s})
 

@@ -8,9 +8,10 @@
 - Answers echo the adapter and the last user text in word-sized chunks; when tools
   are offered and the user text contains "tool:<name>", the answer is one call
   to that tool.
-- `fail` lets a test make a chosen request fail, before or during streaming.
+- `fail` lets a test make a chosen request fail, before or during streaming; `stall`
+  makes it hang there for a while instead.
 - Usage counts whitespace tokens; cached tokens are the longest common prefix
-  with an earlier prompt of the same adapter, as an engine's prefix cache would.
+  with an earlier prompt of the same adapter and cache salt, as an engine's prefix cache would.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Failure:
     times: int = 1
     error: type[EngineError] = EngineError
     """What to raise: EngineError, or a subclass saying why (EngineUnavailable, EngineTimeout)."""
+    stall_s: float = 0.0
+    """Instead of raising, stall this long there (an engine that hangs without dying), then go on."""
 
 
 class WhitespaceTokenCounter:
@@ -64,11 +67,15 @@ class FakeEngine:
     chunk_delay_s: float = 0.0
     requests: list[EngineRequest] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
-    _seen: dict[str, list[list[str]]] = field(default_factory=dict)
+    _seen: dict[tuple[str, str | None], list[list[str]]] = field(default_factory=dict)
 
     def fail(self, when: Callable[[EngineRequest], bool], *, after_chunks: int = 0, times: int = 1,
              error: type[EngineError] = EngineError) -> None:
         self.failures.append(Failure(when, after_chunks, times, error))
+
+    def stall(self, when: Callable[[EngineRequest], bool], seconds: float, *, after_chunks: int = 0,
+              times: int = 1) -> None:
+        self.failures.append(Failure(when, after_chunks, times, stall_s=seconds))
 
     @staticmethod
     def kind(req: EngineRequest) -> str:
@@ -88,14 +95,15 @@ class FakeEngine:
     def _usage(self, req: EngineRequest, completion: list[str]) -> Usage:
         prompt = " ".join(json.dumps(m, sort_keys=True) for m in req.messages).split()
         best = 0
-        for earlier in self._seen.get(req.adapter, []):
+        cache = (req.adapter, req.cache_salt)  # a salt partitions the cache, as vLLM's does
+        for earlier in self._seen.get(cache, []):
             n = 0
             for a, b in zip(earlier, prompt):
                 if a != b:
                     break
                 n += 1
             best = max(best, n)
-        self._seen.setdefault(req.adapter, []).append(prompt)
+        self._seen.setdefault(cache, []).append(prompt)
         return Usage(prompt_tokens=len(prompt), completion_tokens=len(completion), cached_tokens=best)
 
     def _answer(self, req: EngineRequest) -> tuple[list[str], tuple[ToolCall, ...]]:
@@ -134,11 +142,13 @@ class FakeEngine:
         usage = self._usage(request, chunks)
         for i, chunk in enumerate(chunks):
             if failure is not None and i == failure.after_chunks:
-                raise failure.error("fake engine failure")
+                if not failure.stall_s:
+                    raise failure.error("fake engine failure")
+                await asyncio.sleep(failure.stall_s)
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield EngineDelta(text=chunk)
-        if failure is not None:
+        if failure is not None and not failure.stall_s:
             raise failure.error("fake engine failure")
         finish = "tool_calls" if calls else (
             "length" if request.max_tokens is not None and len(chunks) >= request.max_tokens else "stop")

@@ -12,7 +12,10 @@ from pathlib import Path
 import uvicorn
 
 from macaron_ray.api.app import build_api
+from macaron_ray.api.gate import Limits
+from macaron_ray.api.keys import KeyRing
 from macaron_ray.api.surface import Surfaces, TokenCounter
+from macaron_ray.core.deadlines import Deadlines
 from macaron_ray.core.engine_client import EngineClient
 from macaron_ray.core.registry import Specialist, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnRunner
@@ -42,14 +45,16 @@ class RunningAPI:
         self.thread.join(10)
 
 
-def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, api_keys: frozenset[str] | None = None,
+def start_api(engine: EngineClient, tokens: TokenCounter, db: Path, *, keys: KeyRing | None = None,
+              limits: Limits = Limits(), deadlines: Deadlines | None = Deadlines(),
               body_limit_bytes: int | None = None, registry: SpecialistRegistry | None = None,
               debug_headers: bool = False, tracer: Tracer = NO_TRACING,
               context_tokens: int | None = None, max_messages: int | None = None) -> RunningAPI:
     """The API over `engine`, with its metrics (a Prometheus registry of its own) at /metrics."""
     store = SQLiteStore(db)
-    runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0, tracer=tracer)
-    surfaces = Surfaces(runner=runner, tokens=tokens, api_keys=api_keys, debug_headers=debug_headers,
+    runner = TurnRunner(registry or secret_registry(), engine, store, summary_retry_delay_s=0.0, tracer=tracer,
+                        deadlines=deadlines)
+    surfaces = Surfaces(runner=runner, tokens=tokens, keys=keys, limits=limits, debug_headers=debug_headers,
                         context_tokens=context_tokens)
     if body_limit_bytes is not None:
         surfaces.body_limit_bytes = body_limit_bytes

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from macaron_ray.api.keys import KeyRing, hash_line
 from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
 from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
 
@@ -275,11 +276,13 @@ def test_messages_error_after_stream_started_is_an_error_event(claude, api):
 
 
 def test_auth_required_when_keys_are_configured(tmp_path):
-    running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path / "s.db", api_keys=frozenset({"good"}))
+    good_key = "good-" + "k" * 30
+    keys = KeyRing.parse(hash_line("acme", good_key))
+    running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path / "s.db", keys=keys)
     try:
         with (openai.OpenAI(base_url=running.base_url + "/v1", api_key="bad", max_retries=0) as bad,
               anthropic.Anthropic(base_url=running.base_url, api_key="bad", max_retries=0) as bad_a,
-              anthropic.Anthropic(base_url=running.base_url, api_key="good", max_retries=0) as good):
+              anthropic.Anthropic(base_url=running.base_url, api_key=good_key, max_retries=0) as good):
             with pytest.raises(openai.AuthenticationError):
                 bad.chat.completions.create(model=PUBLIC_MODEL, messages=[{"role": "user", "content": "hi"}])
             with pytest.raises(anthropic.AuthenticationError) as err:
@@ -288,7 +291,7 @@ def test_auth_required_when_keys_are_configured(tmp_path):
             assert good.messages.create(model=PUBLIC_MODEL, max_tokens=8,
                                         messages=[{"role": "user", "content": "hi"}]).content
         via_bearer = httpx.post(running.base_url + "/v1/messages", headers={
-            "authorization": "Bearer good", "anthropic-version": "2023-06-01"},
+            "authorization": f"Bearer {good_key}", "anthropic-version": "2023-06-01"},
             json={"model": PUBLIC_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
         assert via_bearer.status_code == 200
     finally:

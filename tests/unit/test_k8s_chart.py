@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from macaron_ray import k8s
+from macaron_ray.api.keys import KeyRing, hash_line
 from macaron_ray.cluster.spec import ClusterSpec, ContainerResources, NodeGroup
 from macaron_ray.serve.args import AppArgs, node_type_resource
 from macaron_ray.serve.validate import IMPORT_PATH, engine_world_size
@@ -33,6 +34,9 @@ SERVE_PORT = 8000
 REDIS_PORT = 6379
 STORE_URL_ENV = "MACARON_STORE_URL"
 """The env var the chart gives every Ray container the conversation store's URL in (args.store.url_env)."""
+
+KEY_LINES = [hash_line("acme", "a" * 32), hash_line("bravo", "b" * 32)]
+"""A keys file's lines (salted hashes), as `macaron keys new` prints them."""
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -280,7 +284,7 @@ STANDARD_GROUPS = re.compile(r"^(v1|(apps|networking\.k8s\.io|policy|batch|rbac\
 def test_standard_objects_and_ray_pod_templates_pass_kubernetes_schemas(path):
     values = with_values(values_of(path.name),
                          api__ingress={"enabled": True, "host": "llm.internal", "className": "nginx"},
-                         api__keys={"inline": ["k1", "k2"], "secretKey": "keys"})
+                         api__keys={"inline": KEY_LINES, "secretKey": "keys"})
     manifests = render(values)
     standard = [m.obj for m in manifests if STANDARD_GROUPS.match(m.obj["apiVersion"])]
     assert {o["kind"] for o in standard} >= {"Service", "StatefulSet", "NetworkPolicy", "Secret", "Ingress"}
@@ -697,7 +701,7 @@ def _key_env(container: dict, name: str) -> dict | None:
 
 @pytest.mark.parametrize("keys, secret_name", [
     ({"existingSecret": "macaron-api-keys", "secretKey": "keys"}, "macaron-api-keys"),
-    ({"inline": ["k1", "k2"], "secretKey": "keys"}, "macaron-api-keys")])
+    ({"inline": KEY_LINES, "secretKey": "keys"}, "macaron-api-keys")])
 def test_api_keys_reach_every_ray_container_from_a_secret(keys, secret_name):
     values = with_values(values_of("values-venti-b300.yaml"), api__keys=keys)
     manifests = render(values)
@@ -708,13 +712,14 @@ def test_api_keys_reach_every_ray_container_from_a_secret(keys, secret_name):
             "name": env_name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "keys"}}}
     secrets = [m.obj for m in manifests if m.kind == "Secret" and m.name == secret_name]
     if "inline" in keys:
-        assert [s["stringData"] for s in secrets] == [{"keys": "k1,k2"}]
+        assert [s["stringData"] for s in secrets] == [{"keys": "\n".join(KEY_LINES)}]
+        assert KeyRing.parse(secrets[0]["stringData"]["keys"]).tenant_of("b" * 32) == "bravo"  # what the app reads
     else:
         assert secrets == []
 
 
 def test_api_keys_for_a_profile_without_them_set_the_env_var_in_the_args():
-    manifests = render(with_values(values_of("values-cpu.yaml"), api__keys={"inline": ["dev"], "secretKey": "keys"}))
+    manifests = render(with_values(values_of("values-cpu.yaml"), api__keys={"inline": KEY_LINES[:1], "secretKey": "keys"}))
     assert macaron_args(serve_config(manifests))["ingress"]["api_keys_env"] == "MACARON_API_KEYS"
     open_api = render(values_of("values-cpu.yaml"))
     assert "api_keys_env" not in macaron_args(serve_config(open_api))["ingress"]
@@ -778,7 +783,7 @@ def test_a_typo_or_a_wrong_type_fails_with_where_it_is(mutate, message):
     ({"nodeGroups__b300-routr": {}}, 'cluster b300 has no group "b300-routr"'),
     ({"api__keys": {"secretKey": "keys"}},
      "profile venti-b300 reads API keys from MACARON_API_KEYS: set api.keys.existingSecret"),
-    ({"api__keys__inline": ["k"]}, "api.keys: set existingSecret or inline, not both"),
+    ({"api__keys__inline": KEY_LINES[:1]}, "api.keys: set existingSecret or inline, not both"),
     ({"image__repository": ""}, "image.repository is required"),
 ])
 def test_values_the_templates_refuse_say_what_to_set(change, message):

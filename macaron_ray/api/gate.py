@@ -1,0 +1,150 @@
+"""The gate every request passes before its body is read: key -> tenant, then the limits.
+
+An ASGI middleware, so a refused request costs a header lookup, not a 32 MiB
+read and a validation:
+
+- auth: with a `KeyRing`, every path but /health needs a key (`Authorization:
+  Bearer`, or `x-api-key` on /v1/messages); 401 otherwise. Without one, any key
+  (or none) names its own tenant.
+- per tenant: a token bucket of requests per second (429 `rate_limit_exceeded`)
+  and a cap on turns at once, streams included (429 `too_many_concurrent_requests`);
+  both with `Retry-After`.
+- back-pressure: a cap on turns in flight in this replica (503 `overloaded` with
+  `Retry-After`), below Serve's own `max_ongoing_requests`, so excess load is
+  refused in the surface's envelope instead of queueing without bound.
+
+Only the turn endpoints (POST chat completions, responses, messages) are
+limited; reads of stored responses, models and count_tokens are only
+authenticated. A turn's slots are held until its response (a stream: its last
+byte) is sent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+
+from macaron_ray.api.errors import APIError, error_response
+from macaron_ray.api.keys import KeyRing
+from macaron_ray.observability.metrics import MoLMetrics
+from macaron_ray.store.base import named_tenant_id, tenant_id
+
+TENANT_STATE = "macaron.tenant"
+"""Where the gate leaves the request's tenant id (`scope["state"]`)."""
+TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+OPEN_PATHS = frozenset({"/health"})
+MAX_TRACKED_TENANTS = 100_000
+"""Rate buckets kept at once (least recently used dropped): a full bucket is the same as none."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    requests_per_s: float | None = None
+    """Per tenant, sustained; None: no rate limit."""
+    burst: int = 20
+    """Per tenant: requests at once above the sustained rate (the bucket's size)."""
+    concurrent_turns: int | None = None
+    """Per tenant: turns (streams included) at once; None: no cap."""
+    turns_in_flight: int | None = None
+    """Per ingress replica: turns at once before new ones get 503 (back-pressure); None: no cap."""
+
+
+def presented_key(headers: Headers, *, anthropic: bool) -> str | None:
+    auth = headers.get("authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+    if anthropic and headers.get("x-api-key"):
+        key = headers["x-api-key"].strip()
+    return key or None
+
+
+def authenticate(keys: KeyRing | None, headers: Headers, path: str) -> str:
+    """The tenant id of a request, or a 401."""
+    key = presented_key(headers, anthropic=path.startswith("/v1/messages"))
+    if keys is None:
+        return tenant_id(key)
+    tenant = keys.tenant_of(key)
+    if tenant is None:
+        raise APIError(401, "invalid API key" if key else "missing API key", code="invalid_api_key")
+    return named_tenant_id(tenant)
+
+
+class _Bucket:
+    __slots__ = ("tokens", "at")
+
+    def __init__(self, tokens: float, at: float):
+        self.tokens, self.at = tokens, at
+
+
+class Gate:
+    def __init__(self, app, *, keys: KeyRing | None, limits: Limits, metrics: MoLMetrics, clock=time.monotonic):
+        self.app = app
+        self.keys = keys
+        self.limits = limits
+        self.metrics = metrics
+        self.clock = clock
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._tenant_turns: dict[str, int] = {}
+        self._turns = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        try:
+            tenant = authenticate(self.keys, Headers(scope=scope), path)
+            turn = scope["method"] == "POST" and path in TURN_PATHS
+            if turn:
+                self._admit(tenant)
+        except APIError as err:
+            self.metrics.count_rejection(path, err)
+            return await error_response(path, err)(scope, receive, send)
+        scope.setdefault("state", {})[TENANT_STATE] = tenant
+        if not turn:
+            return await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._turns -= 1
+            left = self._tenant_turns[tenant] - 1
+            if left:
+                self._tenant_turns[tenant] = left
+            else:
+                del self._tenant_turns[tenant]
+
+    def _admit(self, tenant: str) -> None:
+        """Take a turn's slots, or raise the 429/503 that says why not (nothing taken then)."""
+        lim = self.limits
+        if lim.turns_in_flight is not None and self._turns >= lim.turns_in_flight:
+            raise APIError(503, "The server is at capacity; retry the request shortly.", code="overloaded",
+                           headers={"Retry-After": "1"})
+        held = self._tenant_turns.get(tenant, 0)
+        if lim.concurrent_turns is not None and held >= lim.concurrent_turns:
+            raise APIError(429, f"Too many requests at once for this API key (at most {lim.concurrent_turns}); "
+                                f"retry when one has finished.", code="too_many_concurrent_requests",
+                           headers={"Retry-After": "1"})
+        if lim.requests_per_s is not None:
+            self._take_token(tenant, lim.requests_per_s, lim.burst)
+        self._turns += 1
+        self._tenant_turns[tenant] = held + 1
+
+    def _take_token(self, tenant: str, rate: float, burst: int) -> None:
+        now = self.clock()
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = _Bucket(float(burst), now)
+            if len(self._buckets) > MAX_TRACKED_TENANTS:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(tenant)
+            bucket.tokens = min(float(burst), bucket.tokens + (now - bucket.at) * rate)
+            bucket.at = now
+        if bucket.tokens < 1.0:
+            wait = math.ceil((1.0 - bucket.tokens) / rate)
+            raise APIError(429, f"Rate limit reached for this API key ({rate:g} requests per second, bursts of "
+                                f"{burst}); retry after {wait} s.", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(wait)})
+        bucket.tokens -= 1.0
