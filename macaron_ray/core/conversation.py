@@ -141,9 +141,17 @@ class TurnMeta:
     summary: str | None = None
     """None while the summary hop has not finished."""
     summary_s: float | None = None
+    answer_sha: str | None = None
+    """Fingerprint of the answer the summary describes (`summary_hop.answer_sha`): a client that
+    regenerated the answer sends another one, and that one gets its own summary."""
+
+
+def answer_key(turn_key: str, answer_sha: str) -> str:
+    """The cache key of a turn with a given answer, when it is not the answer first committed."""
+    return hashlib.sha256(f"{turn_key}\0answer\0{answer_sha}".encode()).hexdigest()
 
 
 __all__ = [
     "FunctionCall", "ToolCall", "Message", "Turn", "History", "HistoryError", "TurnMeta",
-    "split_turns", "pending_tool_results", "chain_seed", "chain_step",
+    "split_turns", "pending_tool_results", "chain_seed", "chain_step", "answer_key",
 ]

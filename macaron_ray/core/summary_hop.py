@@ -6,6 +6,7 @@ It runs after the answer has been delivered, off the critical path. Its prompt
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from macaron_ray import prompts
@@ -23,6 +24,11 @@ def answer_digest(content: str | None, tool_calls: list[tuple[str, dict]] | None
         name, arguments = tool_calls[0]
         return f"called {name} with {json.dumps(arguments)}"
     return "answered: " + (content or "").replace("\n", " ")[:160]
+
+
+def answer_sha(digest: str) -> str:
+    """Fingerprint of an answer, as the summary hop sees it (its digest, whitespace collapsed)."""
+    return hashlib.sha256(" ".join(digest.split()).encode()).hexdigest()[:32]
 
 
 def usable(summary: str) -> bool:

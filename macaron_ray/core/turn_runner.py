@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from macaron_ray.core import route_hop, summary_hop
 from macaron_ray.core.conversation import (
-    History, HistoryError, Message, ToolCall, Turn, TurnMeta, pending_tool_results, split_turns,
+    History, HistoryError, Message, ToolCall, Turn, TurnMeta, answer_key, pending_tool_results, split_turns,
 )
 from macaron_ray.core.deadlines import DeadlineEngine, Deadlines
 from macaron_ray.core.engine_client import (
@@ -250,16 +250,17 @@ class TurnRunner:
 
     async def _commit(self, tenant: str, turn: Turn, label: str, text: str, tool_calls: tuple[ToolCall, ...],
                       timing: HopTiming, surface: str, span: Span) -> None:
+        digest = summary_hop.answer_digest(
+            text, [(c.function.name, _json_or_text(c.function.arguments)) for c in tool_calls])
         store = self.tracer.start("store", span, operation="put_turn")
         try:
-            written = await self.store.put_turn(tenant, turn.key, TurnMeta(label=label))
+            written = await self.store.put_turn(
+                tenant, turn.key, TurnMeta(label=label, answer_sha=summary_hop.answer_sha(digest)))
         finally:
             store.end()
         if not written:
             return  # already committed (a retry of a delivered turn, or another replica)
         self.metrics.turns_committed.inc(specialist=label, surface=surface)
-        digest = summary_hop.answer_digest(
-            text, [(c.function.name, _json_or_text(c.function.arguments)) for c in tool_calls])
         task = asyncio.create_task(self._summarize(tenant, turn.key, turn.user.content or "", digest, label,
                                                    surface, timing, span))
         self._pending[(tenant, turn.key)] = task
@@ -360,8 +361,20 @@ class TurnRunner:
             if meta is None:
                 self.metrics.ownview_cache_misses.inc()
                 meta = TurnMeta(label=await self._rederive_label(tenant, turn))
+            elif meta.answer_sha is not None and meta.answer_sha != (sha := _answer_sha(turn)):
+                turn, meta = await self._regenerated(tenant, turn, meta, sha)
             out.append((turn, meta))
         return out
+
+    async def _regenerated(self, tenant: str, turn: Turn, meta: TurnMeta, sha: str) -> tuple[Turn, TurnMeta]:
+        """A past turn whose answer is not the one committed (the client regenerated it): the turn
+        under a key of its own answer, so its summary is of this answer, not of the first."""
+        alt = replace(turn, key=answer_key(turn.key, sha))
+        stored = await self.store.get_turn(tenant, alt.key)
+        if stored is None:
+            stored = TurnMeta(label=meta.label, answer_sha=sha)
+            await self.store.put_turn(tenant, alt.key, stored)
+        return alt, stored
 
     async def _rederive_label(self, tenant: str, turn: Turn) -> str:
         label = await self.route(turn.user.content or "", tenant=tenant)
@@ -388,10 +401,7 @@ class TurnRunner:
         stored = await self.store.get_turn(tenant, turn.key)
         if stored is not None and stored.summary is not None:
             return stored
-        answer = next((m for m in turn.rest if m.role == "assistant"), None)
-        calls = [(c.function.name, _json_or_text(c.function.arguments)) for c in (answer.tool_calls or ())] \
-            if answer else []
-        digest = summary_hop.answer_digest(answer.content if answer else "", calls)
+        digest = _past_digest(turn)
         summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface)
         if summary is None:
             summary = summary_hop.fallback_summary(turn.user.content or "")  # never block the turn
@@ -422,6 +432,18 @@ def route_context(past: list[tuple[Turn, TurnMeta]]) -> route_hop.RouteContext |
         return None
     turn, meta = past[-1]
     return route_hop.RouteContext(label=meta.label, text=meta.summary or turn.user.content or "")
+
+
+def _past_digest(turn: Turn) -> str:
+    """The summary hop's digest of a past turn's answer, as the history holds it."""
+    answer = next((m for m in turn.rest if m.role == "assistant"), None)
+    calls = [(c.function.name, _json_or_text(c.function.arguments)) for c in (answer.tool_calls or ())] \
+        if answer else []
+    return summary_hop.answer_digest(answer.content if answer else "", calls)
+
+
+def _answer_sha(turn: Turn) -> str:
+    return summary_hop.answer_sha(_past_digest(turn))
 
 
 def _json_or_text(arguments: str) -> dict | str:

@@ -83,12 +83,12 @@ def _open_store(args: AppArgs):
     if args.store.kind == "redis":
         from macaron_ray.store.redis import RedisStore
 
-        return RedisStore(_redis_url(args.store))
+        return RedisStore(_redis_url(args.store), ttl_s=args.store.ttl_s)
     from macaron_ray.paths import cache_dir
     from macaron_ray.store.sqlite import SQLiteStore
 
     return SQLiteStore(Path(args.store.path).expanduser() if args.store.path
-                       else cache_dir() / "state" / f"{args.profile}.db")
+                       else cache_dir() / "state" / f"{args.profile}.db", ttl_s=args.store.ttl_s)
 
 
 def _key_ring(env: str | None):

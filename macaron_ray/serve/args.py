@@ -79,6 +79,9 @@ class StoreArgs(_Strict):
     url: str | None = None
     """Redis URL; shared by every ingress replica. It is written into the Serve config as it is:
     a URL with a password belongs in `url_env`."""
+    ttl_s: int | None = Field(30 * 24 * 3600, ge=60)
+    """Turn metadata, summaries and stored responses expire this long after they are written
+    (30 days, as OpenAI keeps stored responses); None: kept until deleted."""
     url_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """Name of an env var holding the Redis URL (e.g. mounted from a Kubernetes Secret), read by
     each ingress replica when it starts. Exactly one of `url` and `url_env` for redis."""
@@ -390,6 +393,8 @@ class AppArgs(_Strict):
                 "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
                 "kv_buffer_device": self.kv_buffer_device,
             }
+            if role == "decode":  # KV blocks that fail to arrive are recomputed here, not a failed request
+                kwargs["kv_transfer_config"]["kv_load_failure_policy"] = "recompute"
         if role_spec.kv_cache_gib:
             kwargs["kv_cache_memory_bytes"] = int(role_spec.kv_cache_gib * 2**30)
         kwargs.setdefault("enable_prompt_tokens_details", True)

@@ -34,12 +34,14 @@ def named_tenant_id(name: str) -> str:
 
 
 def encode_meta(meta: TurnMeta) -> str:
-    return json.dumps({"label": meta.label, "summary": meta.summary, "summary_s": meta.summary_s})
+    return json.dumps({"label": meta.label, "summary": meta.summary, "summary_s": meta.summary_s,
+                       "answer_sha": meta.answer_sha})
 
 
 def decode_meta(raw: str | bytes) -> TurnMeta:
     d = json.loads(raw)
-    return TurnMeta(label=d["label"], summary=d.get("summary"), summary_s=d.get("summary_s"))
+    return TurnMeta(label=d["label"], summary=d.get("summary"), summary_s=d.get("summary_s"),
+                    answer_sha=d.get("answer_sha"))
 
 
 class ConversationStore(Protocol):

@@ -25,10 +25,13 @@ return 1
 
 
 class RedisStore:
-    def __init__(self, url: str, *, prefix: str = "macaron", ttl_s: int | None = None):
+    def __init__(self, url: str, *, prefix: str = "macaron", ttl_s: int | None = None, timeout_s: float = 5.0):
+        """`ttl_s`: every key expires that long after it is written (a summary keeps its turn's).
+        `timeout_s`: connecting and each command, at most; then the operation fails (a 503)."""
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.Redis.from_url(url)
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                              health_check_interval=30)
         self._prefix = prefix
         self._ttl_s = ttl_s
         self._set_summary = self._redis.register_script(_SET_SUMMARY)

@@ -1,5 +1,8 @@
 """SQLite backend: the embedded default. WAL mode; survives a restart; one file per deployment.
 
+With `ttl_s`, every row carries its expiry: an expired row reads as absent, and
+expired rows are deleted as new ones are written (at most once a minute).
+
 sqlite3 calls block, so each runs in a worker thread. One connection serves all
 of them; `check_same_thread=False` is safe because a lock serializes its use
 (sqlite3 connection objects are not safe for concurrent use).
@@ -11,6 +14,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from macaron_ray.core.conversation import TurnMeta
@@ -32,15 +36,24 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
+PURGE_EVERY_S = 60.0
+
+
 class SQLiteStore:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, ttl_s: float | None = None):
         self.path = Path(path)
+        self.ttl_s = ttl_s
+        self._purged = 0.0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        for table in ("turns", "responses"):  # files written before rows expired gain the column
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if "expires" not in columns:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN expires REAL")
         # Serializes use of the one connection across worker threads.
         self._lock = threading.Lock()
 
@@ -48,37 +61,57 @@ class SQLiteStore:
         with self._lock:
             return self._db.execute(sql, args)
 
+    def _expires(self) -> float | None:
+        return None if self.ttl_s is None else time.time() + self.ttl_s
+
+    def _write(self, sql: str, args: tuple) -> sqlite3.Cursor:
+        """A write; first, at most once a minute, the expired rows go (an expired row blocks an insert)."""
+        with self._lock:
+            now = time.time()
+            if self.ttl_s is not None and now - self._purged > PURGE_EVERY_S:
+                self._purged = now
+                for table in ("turns", "responses"):
+                    self._db.execute(f"DELETE FROM {table} WHERE expires <= ?", (now,))
+            return self._db.execute(sql, args)
+
     async def get_turn(self, tenant: str, key: str) -> TurnMeta | None:
         row = (await asyncio.to_thread(
-            self._run, "SELECT meta FROM turns WHERE tenant = ? AND key = ?", (tenant, key))).fetchone()
+            self._run, "SELECT meta FROM turns WHERE tenant = ? AND key = ? AND (expires IS NULL OR expires > ?)",
+            (tenant, key, time.time()))).fetchone()
         return decode_meta(row[0]) if row else None
 
     async def put_turn(self, tenant: str, key: str, meta: TurnMeta) -> bool:
+        # An expired row of the same key is replaced: insert-if-absent among the live rows.
         cur = await asyncio.to_thread(
-            self._run, "INSERT OR IGNORE INTO turns (tenant, key, meta) VALUES (?, ?, ?)",
-            (tenant, key, encode_meta(meta)))
+            self._write, "INSERT INTO turns (tenant, key, meta, expires) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant, key) DO UPDATE SET meta = excluded.meta, expires = excluded.expires "
+            "WHERE turns.expires IS NOT NULL AND turns.expires <= ?",
+            (tenant, key, encode_meta(meta), self._expires(), time.time()))
         return cur.rowcount == 1
 
     async def set_summary(self, tenant: str, key: str, summary: str, summary_s: float | None) -> bool:
         cur = await asyncio.to_thread(
             self._run,
             "UPDATE turns SET meta = json_set(meta, '$.summary', ?, '$.summary_s', ?) "
-            "WHERE tenant = ? AND key = ? AND json_extract(meta, '$.summary') IS NULL",
-            (summary, summary_s, tenant, key))
+            "WHERE tenant = ? AND key = ? AND json_extract(meta, '$.summary') IS NULL "
+            "AND (expires IS NULL OR expires > ?)",
+            (summary, summary_s, tenant, key, time.time()))
         return cur.rowcount == 1
 
     async def put_response(self, tenant: str, response_id: str, doc: dict) -> None:
-        await asyncio.to_thread(self._run, "INSERT OR REPLACE INTO responses (tenant, id, doc) VALUES (?, ?, ?)",
-                                (tenant, response_id, json.dumps(doc)))
+        await asyncio.to_thread(self._write, "INSERT OR REPLACE INTO responses (tenant, id, doc, expires) "
+                                "VALUES (?, ?, ?, ?)", (tenant, response_id, json.dumps(doc), self._expires()))
 
     async def get_response(self, tenant: str, response_id: str) -> dict | None:
         row = (await asyncio.to_thread(
-            self._run, "SELECT doc FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))).fetchone()
+            self._run, "SELECT doc FROM responses WHERE tenant = ? AND id = ? AND (expires IS NULL OR expires > ?)",
+            (tenant, response_id, time.time()))).fetchone()
         return json.loads(row[0]) if row else None
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
         cur = await asyncio.to_thread(
-            self._run, "DELETE FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id))
+            self._run, "DELETE FROM responses WHERE tenant = ? AND id = ? AND (expires IS NULL OR expires > ?)",
+            (tenant, response_id, time.time()))
         return cur.rowcount == 1
 
     async def close(self) -> None:

@@ -160,6 +160,9 @@ def test_local_cpu_profile_derives_each_engine():
     assert prefill["lora_target_modules"] == decode["lora_target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert prefill["kv_transfer_config"]["kv_role"] == "kv_producer"
     assert decode["kv_transfer_config"]["kv_role"] == "kv_consumer"
+    # KV that fails to arrive (prefill died after its prefill) is recomputed on decode, not a failed answer.
+    assert decode["kv_transfer_config"]["kv_load_failure_policy"] == "recompute"
+    assert "kv_load_failure_policy" not in prefill["kv_transfer_config"]
     # The embedded chat specialist's answers carry its repetition penalty; the others keep the engine's.
     sampling = {s.label: s.answer_sampling.model_dump(exclude_none=True) for s in args.registry().specialists}
     assert sampling == {"L0": {"repetition_penalty": 1.1, "frequency_penalty": 0.3}, "L1": {}, "L2": {}, "L3": {}}

@@ -17,10 +17,10 @@ from macaron_ray.store.sqlite import SQLiteStore
 def make_store(request, tmp_path, redis_url):
     prefix = f"t{uuid.uuid4().hex[:8]}"
 
-    def make():
+    def make(ttl_s: int | None = None):
         if request.param == "sqlite":
-            return SQLiteStore(tmp_path / "state.db")
-        return RedisStore(redis_url, prefix=prefix)
+            return SQLiteStore(tmp_path / "state.db", ttl_s=ttl_s)
+        return RedisStore(redis_url, prefix=prefix, ttl_s=ttl_s)
     return make
 
 
@@ -97,3 +97,47 @@ def test_responses_are_stored_per_tenant_and_deletable(make_store):
         assert await store.get_response(a, "resp_1") is None
         await store.close()
     asyncio.run(scenario())
+
+
+def test_turns_summaries_and_responses_expire_after_the_ttl(make_store, monkeypatch):
+    async def scenario():
+        store = make_store(ttl_s=1)
+        t = tenant_id("key-a")
+        assert await store.put_turn(t, "k", TurnMeta(label="L2", answer_sha="ab"))
+        assert await store.set_summary(t, "k", "s", None)  # keeps the turn's expiry
+        await store.put_response(t, "resp_1", {"id": "resp_1"})
+        assert (await store.get_turn(t, "k")).answer_sha == "ab"
+        await asyncio.sleep(1.3)
+        assert await store.get_turn(t, "k") is None
+        assert await store.get_response(t, "resp_1") is None
+        assert not await store.delete_response(t, "resp_1")
+        assert not await store.set_summary(t, "k", "late", None)
+        # An expired turn is gone: committing it again writes it again.
+        assert await store.put_turn(t, "k", TurnMeta(label="L3"))
+        assert await store.get_turn(t, "k") == TurnMeta(label="L3")
+        await store.close()
+    if isinstance(make_store(), SQLiteStore):
+        monkeypatch.setattr("macaron_ray.store.sqlite.PURGE_EVERY_S", 0.0)
+    asyncio.run(scenario())
+
+
+def test_sqlite_purges_expired_rows_and_upgrades_an_old_file(tmp_path, monkeypatch):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # a file of the schema before rows expired
+        db.execute("CREATE TABLE turns (tenant TEXT NOT NULL, key TEXT NOT NULL, meta TEXT NOT NULL, "
+                   "PRIMARY KEY (tenant, key)) WITHOUT ROWID")
+        db.execute("INSERT INTO turns VALUES ('t', 'old', '{\"label\": \"L1\"}')")
+    monkeypatch.setattr("macaron_ray.store.sqlite.PURGE_EVERY_S", 0.0)
+
+    async def scenario():
+        store = SQLiteStore(path, ttl_s=0.2)
+        assert await store.get_turn("t", "old") == TurnMeta(label="L1")  # no expiry: kept
+        assert await store.put_turn("t", "new", TurnMeta(label="L2"))
+        await asyncio.sleep(0.3)
+        assert await store.put_turn("t", "newer", TurnMeta(label="L3"))  # the write purges
+        await store.close()
+    asyncio.run(scenario())
+    with sqlite3.connect(path) as db:
+        assert sorted(k for (k,) in db.execute("SELECT key FROM turns")) == ["newer", "old"]

@@ -371,3 +371,34 @@ def test_route_answer_and_summary_hops_go_to_their_own_engines(tmp_path):
     asyncio.run(scenario())
     assert [FakeEngine.kind(r) for r in router.requests] == ["route"]
     assert sorted(FakeEngine.kind(r) for r in answers.requests) == ["answer", "summary"]
+
+
+def test_a_regenerated_answer_gets_a_summary_of_its_own(setup):
+    """The client regenerated turn 1 (same user message, another answer) and went on: the next
+    specialist's view summarizes the answer the client kept, not the one committed first."""
+    runner, engine, _ = setup
+
+    def summarized(answer: str) -> int:
+        return sum(answer in r.messages[1]["content"] for r in engine.of_kind("summary"))
+
+    async def turn(messages):
+        text, final = await run_turn(runner, messages)
+        await runner.wait_summary(TENANT, final.turn_key)
+        return text, final
+
+    async def scenario():
+        h = [user("book a table for two")]
+        t1, f1 = await turn(h)
+        assert summarized(t1) == 1
+        # The answer as delivered: its stored summary is used, no summary hop runs for it again.
+        _, f2 = await turn([*h, assistant(t1), user("write python code")])
+        assert f2.label == "L2" and summarized(t1) == 1
+        regenerated = "Booked: a table for two at Sakura, 8pm."
+        await turn([*h, assistant(regenerated), user("write python code please")])
+        assert summarized(regenerated) == 1 and summarized(t1) == 1
+        # That summary is kept under the regenerated answer: the next turn reuses it.
+        await turn([*h, assistant(regenerated), user("write python code now")])
+        assert summarized(regenerated) == 1
+        meta = await runner.store.get_turn(TENANT, f1.turn_key)
+        assert meta.answer_sha == summary_hop.answer_sha(summary_hop.answer_digest(t1, []))
+    asyncio.run(scenario())

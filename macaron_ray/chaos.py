@@ -1,0 +1,489 @@
+"""`macaron chaos`: the local topology under concurrent multi-turn conversations, one fault at a time.
+
+The local-cpu profile runs with two ingress replicas on a real Redis (AOF on, so
+a restart keeps what was written) while `conversations` clients replay the
+load-test traces' user messages over loopback, streaming, half through chat
+completions and half through Messages. Each client keeps its own record: the
+history of its delivered turns, and every attempt with its outcome. A failed
+turn is retried, after the `Retry-After` the server sent, with the same history
+(at most `MAX_ATTEMPTS` times).
+
+Faults (`FAULTS`), each injected once, after a quiet spell, while a stream is open:
+
+    decode_kill       SIGKILL the decode replica's vLLM engine process
+    prefill_kill      SIGKILL the prefill replica's engine (route hops and KV transfer)
+    ingress_kill      SIGKILL one of the two ingress replicas
+    redis_restart     SIGTERM redis-server, start it again at once
+    redis_down        redis-server stopped for `REDIS_DOWN_S`, then started
+    engine_stall      SIGSTOP the decode engine for `STALL_S` (beyond the inter-token deadline), then SIGCONT
+    client_disconnect clients close their streams after the first delta, for a while
+
+After each fault, once the service answers again and a settle period has passed,
+the checks read the store (Redis) and the clients' records:
+
+    lost          committed turns (in the store before the fault) missing after it: must be 0
+    changed       committed turns whose label or summary changed (an own-view would no longer be
+                  a prefix of its next one): must be 0
+    undelivered   turns in the store that no client saw delivered: must be 0
+    unclear       failed attempts without a retryable error in the surface's envelope (503/429 +
+                  Retry-After, or an error event in the stream): reported, with what they got
+    recovery_s    from the fault to the end of the first turn, begun after it, that was delivered
+
+The report (JSON, and a table) counts attempts, delivered turns, failures by kind,
+retries, and the figures above, per fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from macaron_ray.core.conversation import Message, split_turns
+from macaron_ray.store.base import tenant_id
+
+FAULTS = ("decode_kill", "prefill_kill", "ingress_kill", "redis_restart", "redis_down", "engine_stall",
+          "client_disconnect")
+API_KEY = "chaos-client"
+MAX_ATTEMPTS = 8
+REDIS_DOWN_S = 30.0
+STALL_S = 25.0
+DISCONNECT_S = 20.0
+INTER_TOKEN_S = 10.0
+"""The profile's inter-token deadline in this run (the stall outlasts it)."""
+RETRYABLE = (429, 503)
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class RedisProcess:
+    """A redis-server on a loopback port with AOF fsync'd on every write: a restart loses nothing."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise RuntimeError("redis-server is not installed (`make install` installs Debian's redis-server)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [server, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(20)
+            self.proc = None
+
+    def turns(self, tenant: str) -> dict[str, dict]:
+        """Every committed turn of `tenant`: key -> its meta."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            prefix = f"macaron:{tenant}:turn:"
+            keys = list(client.scan_iter(match=prefix + "*", count=1000))
+            values = client.mget(keys) if keys else []
+            return {k.decode()[len(prefix):]: json.loads(v) for k, v in zip(keys, values) if v is not None}
+        finally:
+            client.close()
+
+
+# -- the topology's processes ----------------------------------------------------------------------
+
+
+def deployment_processes(session_dir: Path, deployment: str):
+    """(replica processes, their vLLM engine processes) of one Serve deployment, e.g. "Decode:base"."""
+    import psutil
+
+    from macaron_ray.bench.memory import _group, _title, session_processes
+
+    procs = session_processes(Path(session_dir).resolve().name)
+    titles = {}
+    for proc in procs:
+        try:
+            titles[proc.pid] = _title(proc)
+        except psutil.Error:
+            pass
+    mine = [p for p in procs if p.pid in titles and _group(p, titles) == deployment]
+    replicas = [p for p in mine if titles[p.pid].startswith("ray::ServeReplica:")]
+    engines = [p for p in mine if "EngineCore" in titles[p.pid]]
+    return replicas, engines
+
+
+# -- the clients -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    conversation: int
+    turn: int
+    number: int
+    surface: str
+    started: float
+    ended: float = 0.0
+    outcome: str = ""
+    """delivered | refused (an HTTP error) | stream_error | transport | disconnected"""
+    status: int | None = None
+    retry_after: str | None = None
+    code: str | None = None
+    clear: bool = True
+    """A failure in the surface's envelope that says to retry (503/429 + Retry-After, or an error event)."""
+
+
+@dataclass
+class Client:
+    index: int
+    surface: str
+    turns: list[str]
+    history: list[dict] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    next_turn: int = 0
+    delivered: set[str] = field(default_factory=set)
+    """Keys of every turn this client saw delivered, in every conversation it ran."""
+    streaming: bool = False
+    """A stream of this client is open and has sent a delta (a fault may be injected now)."""
+
+
+class Load:
+    """`conversations` clients replaying the traces until stopped; their records stay for the checks."""
+
+    def __init__(self, url: str, model: str, conversations: int, max_tokens: int, seed: int = 0,
+                 tenant: str = tenant_id(API_KEY), start_jitter_s: float = 3.0):
+        from macaron_ray.loadtest.traces import load_traces
+
+        traces = load_traces()
+        users = [[t.user for t in c.turns] for c in traces.conversations]
+        self.url, self.model, self.max_tokens, self.tenant = url, model, max_tokens, tenant
+        self.clients = [Client(i, "chat" if i % 2 == 0 else "messages", users[i % len(users)])
+                        for i in range(conversations)]
+        self.disconnect_until = 0.0
+        self.start_jitter_s = start_jitter_s
+        self.rng = random.Random(seed)
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def streaming(self) -> bool:
+        return any(c.streaming for c in self.clients)
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(300.0, connect=10.0)) as http:
+            await asyncio.gather(*(self._converse(http, c) for c in self.clients))
+
+    async def _converse(self, http: httpx.AsyncClient, client: Client) -> None:
+        await asyncio.sleep(self.rng.uniform(0, self.start_jitter_s))
+        while not self._stop.is_set():
+            if client.next_turn == len(client.turns):  # the trace is done: a new conversation
+                client.history, client.next_turn = [], 0
+            text = client.turns[client.next_turn]
+            for number in range(1, MAX_ATTEMPTS + 1):
+                if self._stop.is_set():
+                    return
+                attempt = Attempt(client.index, client.next_turn, number, client.surface, time.monotonic())
+                client.attempts.append(attempt)
+                answer = await self._attempt(http, client, attempt, [*client.history, {"role": "user", "content": text}])
+                attempt.ended = time.monotonic()
+                if answer is not None:
+                    client.history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+                    history = split_turns(self.tenant, [Message(**m) for m in client.history])
+                    client.delivered.add(history.turns[-1].key)
+                    client.next_turn += 1
+                    break
+                wait = float(attempt.retry_after) if (attempt.retry_after or "").isdigit() else 1.0
+                await asyncio.sleep(min(wait, 5.0))
+
+    async def _attempt(self, http: httpx.AsyncClient, client: Client, attempt: Attempt,
+                       messages: list[dict]) -> str | None:
+        if client.surface == "chat":
+            path = "/v1/chat/completions"
+            headers = {"authorization": f"Bearer {API_KEY}"}
+            body = {"model": self.model, "messages": messages, "stream": True, "max_tokens": self.max_tokens,
+                    "temperature": 0}
+        else:
+            path = "/v1/messages"
+            headers = {"x-api-key": API_KEY, "anthropic-version": "2023-06-01"}
+            body = {"model": self.model, "messages": messages, "stream": True, "max_tokens": self.max_tokens,
+                    "temperature": 0}
+        disconnect = time.monotonic() < self.disconnect_until
+        parts: list[str] = []
+        try:
+            async with http.stream("POST", path, json=body, headers=headers) as resp:
+                attempt.status = resp.status_code
+                attempt.retry_after = resp.headers.get("retry-after")
+                if resp.status_code != 200:
+                    raw = await resp.aread()
+                    attempt.outcome = "refused"
+                    attempt.code, envelope = _error_of(raw, client.surface)
+                    attempt.clear = envelope and resp.status_code in RETRYABLE and attempt.retry_after is not None
+                    return None
+                done = False
+                try:
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        data = line[6:]
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        event = json.loads(data)
+                        if "error" in event:
+                            attempt.outcome = "stream_error"
+                            attempt.code, _ = _error_of(data.encode(), client.surface)
+                            return None
+                        text = _delta_text(event, client.surface)
+                        if text:
+                            parts.append(text)
+                            client.streaming = True
+                            if disconnect:
+                                attempt.outcome = "disconnected"
+                                return None
+                        if client.surface == "messages" and event.get("type") == "message_stop":
+                            done = True
+                            break
+                finally:
+                    client.streaming = False
+                if not done:
+                    attempt.outcome, attempt.clear = "transport", False  # the stream ended without its end
+                    return None
+        except (httpx.TransportError, json.JSONDecodeError) as exc:
+            attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
+            return None
+        attempt.outcome = "delivered"
+        return "".join(parts)
+
+
+def _delta_text(event: dict, surface: str) -> str:
+    if surface == "chat":
+        return "".join((c.get("delta") or {}).get("content") or "" for c in event.get("choices") or ())
+    if event.get("type") == "content_block_delta":
+        return (event.get("delta") or {}).get("text") or ""
+    return ""
+
+
+def _error_of(raw: bytes, surface: str) -> tuple[str | None, bool]:
+    """(the error's code or type, whether the body is the surface's error envelope)."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, False
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None, False
+    if surface == "messages":
+        return error.get("type"), body.get("type") == "error"
+    return error.get("code") or error.get("type"), True
+
+
+# -- the checks ------------------------------------------------------------------------------------
+
+
+def check(before: dict[str, dict], after: dict[str, dict], delivered: set[str]) -> dict:
+    lost = sorted(k for k in before if k not in after)
+    changed = sorted(k for k, meta in before.items() if k in after and _fixed(meta) != _fixed(after[k], meta))
+    undelivered = sorted(k for k in after if k not in delivered)
+    return {"committed_before": len(before), "committed_after": len(after), "lost": len(lost),
+            "changed": len(changed), "undelivered": len(undelivered)}
+
+
+def _fixed(meta: dict, earlier: dict | None = None) -> tuple:
+    """What must not change once written: the label, and the summary once there was one."""
+    summary = meta.get("summary") if earlier is None or earlier.get("summary") is not None else None
+    return meta.get("label"), summary
+
+
+def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dict:
+    window = [a for a in attempts if since <= a.started < until]
+    failed = [a for a in window if a.outcome != "delivered"]
+    kinds: dict[str, int] = {}
+    for a in failed:
+        kinds[a.outcome] = kinds.get(a.outcome, 0) + 1
+    unclear = [a for a in failed if not a.clear and a.outcome != "disconnected"]
+    return {"attempts": len(window), "delivered": sum(a.outcome == "delivered" for a in window),
+            "failed": len(failed), "failed_by_kind": kinds, "retries": sum(a.number > 1 for a in window),
+            "unclear": len(unclear),
+            "unclear_examples": [{k: v for k, v in asdict(a).items() if k in ("outcome", "status", "code", "surface")}
+                                 for a in unclear[:5]]}
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def chaos_config(profile: Path, out: Path, *, port: int, redis_url: str) -> Path:
+    from macaron_ray.serve.args import load_profile
+    from macaron_ray.serve.local_cluster import serve_config_with
+
+    ingress = load_profile(profile).ingress.model_dump(mode="json", exclude_unset=True)
+    ingress.update(num_replicas=2, timeouts={"first_token_s": 90.0, "inter_token_s": INTER_TOKEN_S})
+    return serve_config_with(profile, out, port=port,
+                             args_updates={"store": {"kind": "redis", "url": redis_url}, "ingress": ingress})
+
+
+class Injector:
+    def __init__(self, cluster, redis: RedisProcess, load: Load):
+        self.cluster, self.redis, self.load = cluster, redis, load
+
+    def _engine(self, deployment: str):
+        _, engines = deployment_processes(self.cluster.session_dir, deployment)
+        if not engines:
+            raise RuntimeError(f"no vLLM engine process of {deployment} found")
+        return engines[0]
+
+    async def inject(self, fault: str) -> None:
+        if fault == "decode_kill":
+            self._engine("Decode:base").send_signal(signal.SIGKILL)
+        elif fault == "prefill_kill":
+            self._engine("Prefill:base").send_signal(signal.SIGKILL)
+        elif fault == "ingress_kill":
+            replicas, _ = deployment_processes(self.cluster.session_dir, "MoLIngress")
+            replicas[0].send_signal(signal.SIGKILL)
+        elif fault == "redis_restart":
+            self.redis.stop()
+            self.redis.start()
+        elif fault == "redis_down":
+            self.redis.stop()
+            await asyncio.sleep(REDIS_DOWN_S)
+            self.redis.start()
+        elif fault == "engine_stall":
+            engine = self._engine("Decode:base")
+            engine.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(STALL_S)
+            finally:
+                engine.send_signal(signal.SIGCONT)
+        elif fault == "client_disconnect":
+            self.load.disconnect_until = time.monotonic() + DISCONNECT_S
+            await asyncio.sleep(DISCONNECT_S)
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+
+
+async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess, tenant: str, *,
+                 quiet_s: float, settle_s: float, timeout_s: float) -> dict:
+    await asyncio.sleep(quiet_s)
+    deadline = time.monotonic() + 60
+    while not load.streaming() and time.monotonic() < deadline:  # inject while a stream is open
+        await asyncio.sleep(0.05)
+    before = await asyncio.to_thread(redis.turns, tenant)
+    t0 = time.monotonic()
+    await injector.inject(fault)
+    injected_s = time.monotonic() - t0
+    attempts = lambda: [a for c in load.clients for a in c.attempts]  # noqa: E731
+    recovered = None
+    while recovered is None and time.monotonic() - t0 < timeout_s:
+        done = [a.ended for a in attempts() if a.started >= t0 + injected_s and a.outcome == "delivered"]
+        recovered = min(done) if done else None
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(settle_s)
+    after = await asyncio.to_thread(redis.turns, tenant)
+    result = {"fault": fault, "injected_s": round(injected_s, 2),
+              "recovery_s": None if recovered is None else round(recovered - t0, 2),
+              **check(before, after, set().union(*(c.delivered for c in load.clients))),
+              **attempts_summary(attempts(), t0, time.monotonic())}
+    return result
+
+
+def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversations: int = 16,
+        max_tokens: int = 24, quiet_s: float = 20.0, settle_s: float = 20.0, fault_timeout_s: float = 300.0,
+        log_dir: Path = Path(".bench")) -> dict:
+    import ray
+
+    from macaron_ray.engine.local_server import free_port
+    from macaron_ray.serve.args import load_profile
+    from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
+
+    os.environ.update(RAY_ENV)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    redis_dir = log_dir / "chaos-redis"
+    shutil.rmtree(redis_dir, ignore_errors=True)
+    redis = RedisProcess(redis_dir)
+    redis.start()
+    config = chaos_config(profile, log_dir / "chaos.yaml", port=port, redis_url=redis.url)
+    args = load_profile(config)
+    tenant = tenant_id(API_KEY)
+    report: dict = {"profile": Path(profile).name, "conversations": conversations, "max_tokens": max_tokens,
+                    "ingress_replicas": 2, "inter_token_deadline_s": INTER_TOKEN_S, "faults": []}
+    try:
+        with LocalRayCluster(log_path=log_dir / "chaos-ray.log") as cluster:
+            started = time.monotonic()
+            cluster.serve_deploy(config)
+            cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
+            report["deploy_s"] = round(time.monotonic() - started, 1)
+            ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+            load = Load(f"http://127.0.0.1:{port}", args.public_model, conversations, max_tokens, tenant=tenant)
+
+            async def main() -> None:
+                runner = asyncio.create_task(load.run())
+                try:
+                    injector = Injector(cluster, redis, load)
+                    for fault in faults:
+                        result = await _phase(fault, injector, load, redis, tenant, quiet_s=quiet_s,
+                                              settle_s=settle_s, timeout_s=fault_timeout_s)
+                        report["faults"].append(result)
+                        out.write_text(json.dumps(report, indent=2) + "\n")
+                        # The next fault waits for every deployment to be healthy again.
+                        await asyncio.to_thread(cluster.wait_running, "macaron", args.deployment_names(), 900)
+                finally:
+                    load.stop()
+                    await asyncio.wait_for(runner, 600)
+
+            try:
+                asyncio.run(main())
+            finally:
+                ray.shutdown()
+            all_attempts = [a for c in load.clients for a in c.attempts]
+            report["totals"] = {**attempts_summary(all_attempts, 0.0, float("inf")),
+                                "lost": sum(f["lost"] for f in report["faults"]),
+                                "changed": sum(f["changed"] for f in report["faults"]),
+                                "undelivered": sum(f["undelivered"] for f in report["faults"])}
+    finally:
+        redis.stop()
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def format_report(report: dict) -> str:
+    rows = [f"{'fault':<18} {'attempts':>8} {'delivered':>9} {'failed':>6} {'retries':>7} {'unclear':>7} "
+            f"{'lost':>4} {'changed':>7} {'undeliv.':>8} {'recovery_s':>10}"]
+    for f in report["faults"]:
+        rows.append(f"{f['fault']:<18} {f['attempts']:>8} {f['delivered']:>9} {f['failed']:>6} {f['retries']:>7} "
+                    f"{f['unclear']:>7} {f['lost']:>4} {f['changed']:>7} {f['undelivered']:>8} "
+                    f"{'-' if f['recovery_s'] is None else f['recovery_s']:>10}")
+    t = report.get("totals")
+    if t:
+        rows.append(f"{'total':<18} {t['attempts']:>8} {t['delivered']:>9} {t['failed']:>6} {t['retries']:>7} "
+                    f"{t['unclear']:>7} {t['lost']:>4} {t['changed']:>7} {t['undelivered']:>8}")
+    return "\n".join(rows)
