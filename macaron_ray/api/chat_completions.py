@@ -165,6 +165,9 @@ async def _stream(s: Surfaces, cid: str, created: int, first: TurnEvent | None,
     try:
         while ev is not None:
             if ev.final:
+                # The whole answer's text went out: the turn commits before the finish chunk, so a
+                # next turn sent on it finds the turn (no re-derived label, no second route hop).
+                await anext(events, None)
                 if ev.tool_calls:
                     if held:
                         yield chunk({"content": held})
@@ -176,10 +179,10 @@ async def _stream(s: Surfaces, cid: str, created: int, first: TurnEvent | None,
                     body = {"id": cid, "object": "chat.completion.chunk", "created": created,
                             "model": s.public_model, "choices": [], "usage": _usage(ev)}
                     yield f"data: {json.dumps(body)}\n\n"
-            else:
-                if held is not None:
-                    yield chunk({"content": held})
-                held = ev.text
+                break
+            if held is not None:
+                yield chunk({"content": held})
+            held = ev.text
             ev = await anext(events, None)
     except Exception as exc:  # noqa: BLE001 - after the stream started, errors go in-band
         yield f"data: {json.dumps(openai_body(to_api_error(exc)))}\n\n"

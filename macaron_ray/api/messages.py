@@ -217,10 +217,12 @@ async def _stream(s: Surfaces, mid: str, body: MessagesRequest, first: TurnEvent
                         delta={"type": "input_json_delta", "partial_json": json.dumps(_input(c.function.arguments))})
             yield event("content_block_stop", index=index)
             index += 1
+        # The whole answer went out: the turn commits before the client hears the message is complete,
+        # so a next turn sent on message_stop finds it (no re-derived label, no second route hop).
+        await anext(events, None)
         stop_reason, stop_sequence = _stop(final)
         yield event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                     usage={"output_tokens": final.usage.completion_tokens})
         yield event("message_stop")
-        await anext(events, None)  # delivered: let the turn commit
     except Exception as exc:  # noqa: BLE001 - after the stream started, errors go in-band
         yield event("error", error=anthropic_body(to_api_error(exc))["error"])

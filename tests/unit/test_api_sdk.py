@@ -344,3 +344,41 @@ def test_a_streamed_response_is_stored_before_it_is_completed(oai, api, monkeypa
                 follow = oai.responses.create(model=PUBLIC_MODEL, input="and a table",
                                               previous_response_id=event.response.id)
                 assert follow.status == "completed"
+
+
+def test_chat_and_messages_streams_commit_the_turn_before_they_say_it_is_complete(oai, claude, api, monkeypatch):
+    """A client sends its next turn the moment it reads the finish chunk or `message_stop`: the turn
+    is committed by then, so the next turn finds it (no own-view cache miss, no second route hop).
+    A slow store here makes the old order (finish, then commit) fail."""
+    import asyncio
+
+    from macaron_ray.observability.metrics import OWNVIEW_CACHE_MISSES
+
+    slow = type(api.store).put_turn
+
+    async def put_turn(self, *args, **kwargs):
+        await asyncio.sleep(0.5)
+        return await slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(api.store), "put_turn", put_turn)
+    misses = lambda: api.runner.metrics.exporter.value(OWNVIEW_CACHE_MISSES)  # noqa: E731
+    history, text = [{"role": "user", "content": "write python code to sort"}], ""
+    for chunk in oai.chat.completions.create(model=PUBLIC_MODEL, messages=history, stream=True):
+        if not chunk.choices:
+            continue
+        text += chunk.choices[0].delta.content or ""
+        if chunk.choices[0].finish_reason:  # done, as far as this client cares
+            oai.chat.completions.create(model=PUBLIC_MODEL, messages=[
+                *history, {"role": "assistant", "content": text}, {"role": "user", "content": "and in reverse"}])
+            break
+    assert misses() == 0
+    history, text = [{"role": "user", "content": "book a table for two"}], ""
+    with claude.messages.stream(model=PUBLIC_MODEL, max_tokens=64, messages=history) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                text += event.delta.text
+            if event.type == "message_stop":
+                claude.messages.create(model=PUBLIC_MODEL, max_tokens=64, messages=[
+                    *history, {"role": "assistant", "content": text}, {"role": "user", "content": "for tomorrow"}])
+                break
+    assert misses() == 0
