@@ -25,6 +25,8 @@ the checks read the store (Redis) and the clients' records:
     changed       committed turns whose label or summary changed (an own-view would no longer be
                   a prefix of its next one): must be 0
     undelivered   turns in the store that no client saw delivered: must be 0
+    leaks         private strings (adapter ids, the base's path, stack traces) in anything a client
+                  received: must be none
     unclear       failed attempts without a retryable error in the surface's envelope (503/429 +
                   Retry-After, or an error event in the stream): reported, with what they got
     recovery_s    from the fault to the end of the first turn, begun after it, that was delivered
@@ -62,6 +64,7 @@ DISCONNECT_S = 20.0
 INTER_TOKEN_S = 10.0
 """The profile's inter-token deadline in this run (the stall outlasts it)."""
 RETRYABLE = (429, 503)
+LEAK_MARKERS = ("Traceback", 'File "', "site-packages", "macaron_ray")
 
 
 # -- the store -----------------------------------------------------------------------------------
@@ -180,7 +183,7 @@ class Load:
     """`conversations` clients replaying the traces until stopped; their records stay for the checks."""
 
     def __init__(self, url: str, model: str, conversations: int, max_tokens: int, seed: int = 0,
-                 tenant: str = tenant_id(API_KEY), start_jitter_s: float = 3.0):
+                 tenant: str = tenant_id(API_KEY), start_jitter_s: float = 3.0, private: tuple[str, ...] = ()):
         from macaron_ray.loadtest.traces import load_traces
 
         traces = load_traces()
@@ -190,6 +193,9 @@ class Load:
                         for i in range(conversations)]
         self.disconnect_until = 0.0
         self.start_jitter_s = start_jitter_s
+        self.private = (*private, *LEAK_MARKERS)
+        self.leaks: list[str] = []
+        """Private strings (adapter ids, the base's path, stack traces) found in what a client received."""
         self.rng = random.Random(seed)
         self._stop = asyncio.Event()
 
@@ -243,8 +249,10 @@ class Load:
             async with http.stream("POST", path, json=body, headers=headers) as resp:
                 attempt.status = resp.status_code
                 attempt.retry_after = resp.headers.get("retry-after")
+                self._scan(json.dumps(dict(resp.headers)))
                 if resp.status_code != 200:
                     raw = await resp.aread()
+                    self._scan(raw.decode(errors="replace"))
                     attempt.outcome = "refused"
                     attempt.code, envelope = _error_of(raw, client.surface)
                     attempt.clear = envelope and resp.status_code in RETRYABLE and attempt.retry_after is not None
@@ -254,6 +262,7 @@ class Load:
                     async for line in resp.aiter_lines():
                         if not line.startswith("data: "):
                             continue
+                        self._scan(line)
                         data = line[6:]
                         if data == "[DONE]":
                             done = True
@@ -283,6 +292,10 @@ class Load:
             return None
         attempt.outcome = "delivered"
         return "".join(parts)
+
+
+    def _scan(self, text: str) -> None:
+        self.leaks += [p for p in self.private if p in text]
 
 
 def _delta_text(event: dict, surface: str) -> str:
@@ -408,7 +421,7 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
         await asyncio.sleep(0.5)
     await asyncio.sleep(settle_s)
     after = await asyncio.to_thread(redis.turns, tenant)
-    result = {"fault": fault, "injected_s": round(injected_s, 2),
+    result = {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(set(load.leaks)),
               "recovery_s": None if recovered is None else round(recovered - t0, 2),
               **check(before, after, set().union(*(c.delivered for c in load.clients))),
               **attempts_summary(attempts(), t0, time.monotonic())}
@@ -443,7 +456,9 @@ def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversat
             cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
             report["deploy_s"] = round(time.monotonic() - started, 1)
             ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-            load = Load(f"http://127.0.0.1:{port}", args.public_model, conversations, max_tokens, tenant=tenant)
+            private = tuple(s.adapter_id for s in args.registry().specialists) + (str(args.base_source()),)
+            load = Load(f"http://127.0.0.1:{port}", args.public_model, conversations, max_tokens, tenant=tenant,
+                        private=private)
 
             async def main() -> None:
                 runner = asyncio.create_task(load.run())
@@ -468,7 +483,8 @@ def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversat
             report["totals"] = {**attempts_summary(all_attempts, 0.0, float("inf")),
                                 "lost": sum(f["lost"] for f in report["faults"]),
                                 "changed": sum(f["changed"] for f in report["faults"]),
-                                "undelivered": sum(f["undelivered"] for f in report["faults"])}
+                                "undelivered": sum(f["undelivered"] for f in report["faults"]),
+                                "leaks": sorted(set(load.leaks))}
     finally:
         redis.stop()
     out.write_text(json.dumps(report, indent=2) + "\n")

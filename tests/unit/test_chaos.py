@@ -11,7 +11,7 @@ from macaron_ray import chaos
 from macaron_ray.core.engine_client import EngineUnavailable
 from macaron_ray.store.base import tenant_id
 from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
-from tests.unit.api_server import PUBLIC_MODEL, start_api
+from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
 
 
 def stored(db) -> dict[str, dict]:
@@ -30,12 +30,13 @@ def run_load(load: chaos.Load, seconds: float) -> None:
 
 
 def test_clients_retry_refused_turns_and_every_stored_turn_was_delivered(tmp_path):
-    engine = FakeEngine(chunk_delay_s=0.01)
+    engine = FakeEngine(chunk_delay_s=0.01, tag=lambda a: next(k for k, v in SECRET_ADAPTERS.items() if v == a))
     engine.fail(lambda r: FakeEngine.kind(r) == "answer", times=6, error=EngineUnavailable)
     engine.fail(lambda r: FakeEngine.kind(r) == "answer", after_chunks=2, times=3)  # mid-stream
     api = start_api(engine, WhitespaceTokenCounter(), tmp_path / "s.db")
     try:
-        load = chaos.Load(api.base_url, PUBLIC_MODEL, conversations=4, max_tokens=8, start_jitter_s=0.1)
+        load = chaos.Load(api.base_url, PUBLIC_MODEL, conversations=4, max_tokens=8, start_jitter_s=0.1,
+                          private=tuple(SECRET_ADAPTERS.values()))
         run_load(load, 6.0)
     finally:
         api.stop()
@@ -52,6 +53,7 @@ def test_clients_retry_refused_turns_and_every_stored_turn_was_delivered(tmp_pat
     assert {c.surface for c in load.clients} == {"chat", "messages"}
     delivered = set().union(*(c.delivered for c in load.clients))
     assert summary["delivered"] >= len(delivered) > 8  # a restarted trace repeats its keys
+    assert load.leaks == []
     after = stored(tmp_path / "s.db")
     result = chaos.check(after, after, delivered)
     assert result["undelivered"] == 0 and result["lost"] == 0  # every stored turn was delivered
@@ -60,13 +62,16 @@ def test_clients_retry_refused_turns_and_every_stored_turn_was_delivered(tmp_pat
 def test_disconnecting_clients_roll_their_turns_back(tmp_path):
     api = start_api(FakeEngine(chunk_delay_s=0.01), WhitespaceTokenCounter(), tmp_path / "s.db")
     try:
-        load = chaos.Load(api.base_url, PUBLIC_MODEL, conversations=2, max_tokens=8, start_jitter_s=0.1)
+        load = chaos.Load(api.base_url, PUBLIC_MODEL, conversations=2, max_tokens=8, start_jitter_s=0.1,
+                          private=tuple(SECRET_ADAPTERS.values()))
         load.disconnect_until = float("inf")
         run_load(load, 1.5)
     finally:
         api.stop()
     attempts = [a for c in load.clients for a in c.attempts]
     assert attempts and {a.outcome for a in attempts if a.ended} == {"disconnected"}
+    # This fake engine names the adapter in its first delta: the clients' leak scan sees it.
+    assert set(load.leaks) <= set(SECRET_ADAPTERS.values()) and load.leaks
     assert stored(tmp_path / "s.db") == {}
 
 
