@@ -24,6 +24,9 @@ class Conversation:
     summary: str | None = field(default=None, compare=False)
     """What the summary hop should say of this turn (third person, names, dates and numbers
     kept), written by the generator from what it knows; not part of the training data hash."""
+    distill: bool = field(default=False)
+    """Learn the base model's next-token distribution over the last message (KL to the base with
+    the adapter switched off) instead of the message's tokens: for answers the base wrote itself."""
 
 
 def _tool(name: str, description: str, **params: str) -> dict:
@@ -301,12 +304,15 @@ def authored_chat() -> list[Conversation]:
 
 
 def chat_conversations(n: int, seed: int) -> list[Conversation]:
-    """L0 chat: short, warm authored answers, then the base model's own answers (`distill`)."""
+    """L0 chat: short, warm authored answers (learned token by token), then the base model's own
+    answers (`distill`), learned as the base's whole next-token distribution: matching the base
+    there keeps its chat, where learning its sampled tokens alone did not (recipe 3's L0 chatted
+    worse than the base)."""
     from macaron_ray.adapters.distill import load_distilled
 
     rng = random.Random(f"{seed}:L0chat")
-    distilled = [Conversation(messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
-                 for q, a in load_distilled()]
+    distilled = [Conversation(messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                              distill=True) for q, a in load_distilled()]
     pool = authored_chat() + distilled
     return [pool[i] for i in rng.sample(range(len(pool)), min(n, len(pool)))]
 

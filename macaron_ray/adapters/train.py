@@ -52,11 +52,15 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+CHAT_EXAMPLES = 10_000
+"""L0's chat examples: all of them (authored and distilled)."""
+
+
 def dataset(label: str, seed: int) -> list[Conversation]:
     """The training conversations of one adapter."""
     if label == "L0":
-        return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(96, seed)
-                + answer_data.summary_conversations(96, seed))
+        return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
+                + answer_data.summary_conversations(384, seed))
     if label == "L1":
         return answer_data.agent_conversations(240, seed)
     if label == "L2":
@@ -67,7 +71,8 @@ def dataset(label: str, seed: int) -> list[Conversation]:
 
 
 def data_sha256(convs: list[Conversation]) -> str:
-    blob = json.dumps([[c.messages, c.tools] for c in convs], sort_keys=True, ensure_ascii=False)
+    blob = json.dumps([[c.messages, c.tools, *(["distill"] if c.distill else [])] for c in convs],
+                      sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -80,6 +85,29 @@ def encode(tokenizer, template: str, conv: Conversation) -> tuple[list[int], lis
     p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     a_ids = tokenizer(full[len(prompt):].rstrip("\n"), add_special_tokens=False)["input_ids"]
     return p_ids + a_ids, [-100] * len(p_ids) + a_ids
+
+
+def _token_losses(model, decoder, lm_head, ids, mask, labels, distill):
+    """Per learned token: cross-entropy, or for rows marked `distill` the KL divergence from the
+    base (the same model with the adapter off) to the adapter."""
+    import torch
+    import torch.nn.functional as F
+
+    targets = labels[:, 1:]
+    keep = targets != -100
+    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    # Project only the positions that predict a learned token: the vocabulary
+    # projection of every prompt position is most of the step's cost otherwise.
+    logits = lm_head(hidden[:, :-1][keep]).float()
+    losses = F.cross_entropy(logits, targets[keep], reduction="none")
+    rows = distill[:, None].expand_as(targets)[keep]
+    if rows.any():
+        with torch.no_grad(), model.disable_adapter():
+            base_hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            base = F.log_softmax(lm_head(base_hidden[:, :-1][keep][rows]).float(), dim=-1)
+        kl = (base.exp() * (base - F.log_softmax(logits[rows], dim=-1))).sum(-1)
+        losses = losses.masked_scatter(rows, kl)
+    return losses
 
 
 def _length_bucketed_batches(encoded: list, batch_size: int, rng: random.Random) -> list[list]:
@@ -104,7 +132,7 @@ def train_adapter(label: str, base_dir: Path, out_dir: Path, seed: int) -> Adapt
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     template = load_chat_template()
     convs = dataset(label, seed)
-    encoded = [encode(tokenizer, template, c) for c in convs]
+    encoded = [(*encode(tokenizer, template, c), c.distill) for c in convs]
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
     model = get_peft_model(model, LoraConfig(
@@ -123,17 +151,12 @@ def train_adapter(label: str, base_dir: Path, out_dir: Path, seed: int) -> Adapt
     step, started = 0, time.monotonic()
     for epoch in range(recipe.epochs):
         for batch in _length_bucketed_batches(encoded, recipe.batch_size, order):
-            width = max(len(ids) for ids, _ in batch)
-            ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
-            labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
-            mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
-            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-            # Project only the positions that predict a learned token: the vocabulary
-            # projection of every prompt position is most of the step's cost otherwise.
-            targets = labels[:, 1:]
-            keep = targets != -100
-            logits = lm_head(hidden[:, :-1][keep]).float()
-            loss = torch.nn.functional.cross_entropy(logits, targets[keep])
+            width = max(len(ids) for ids, _, _ in batch)
+            ids = torch.tensor([x + [pad] * (width - len(x)) for x, _, _ in batch])
+            labels = torch.tensor([y + [-100] * (width - len(y)) for _, y, _ in batch])
+            mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _, _ in batch])
+            distill = torch.tensor([d for _, _, d in batch])
+            loss = _token_losses(model, decoder, lm_head, ids, mask, labels, distill).mean()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optim.step()
