@@ -16,23 +16,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from macaron_ray.api import chat_completions, messages, responses
-from macaron_ray.api.errors import APIError, error_response, internal_error
+from macaron_ray.api.errors import APIError, count_rejection, error_response, internal_error, surface_of
 from macaron_ray.api.gate import Gate
 from macaron_ray.api.surface import Surfaces
 from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
 
 logger = logging.getLogger(__name__)
-
-
-def surface_of(path: str) -> str:
-    """The `surface` label of a request path."""
-    if path == "/v1/chat/completions":
-        return "chat"
-    if path == "/v1/responses" or path.startswith("/v1/responses/"):
-        return "responses"
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return "messages"
-    return "other"
 
 
 class RequestMetrics:
@@ -87,7 +76,7 @@ def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> 
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
-        s.metrics.count_rejection(request.url.path, exc)
+        count_rejection(s.metrics, request.url.path, exc)
         return _error_response(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
@@ -95,7 +84,7 @@ def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> 
         message = {404: f"no route for {request.method} {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, "error")
         err = APIError(exc.status_code, message)
-        s.metrics.count_rejection(request.url.path, err)
+        count_rejection(s.metrics, request.url.path, err)
         return _error_response(request, err)
 
     @app.exception_handler(Exception)

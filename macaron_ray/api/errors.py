@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from macaron_ray.observability.metrics import REJECT_REASONS
+
 
 @dataclass
 class APIError(Exception):
@@ -39,6 +41,23 @@ def openai_body(err: APIError) -> dict:
 
 def anthropic_body(err: APIError) -> dict:
     return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(err.status, "api_error"), "message": err.message}}
+
+
+def surface_of(path: str) -> str:
+    """The `surface` label of a request path."""
+    if path == "/v1/chat/completions":
+        return "chat"
+    if path == "/v1/responses" or path.startswith("/v1/responses/"):
+        return "responses"
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return "messages"
+    return "other"
+
+
+def count_rejection(metrics, path: str, err: APIError) -> None:
+    """Count `err`, answered on `path`, when it is a refusal (a 4xx, or 503 overloaded)."""
+    if 400 <= err.status < 500 or err.code == "overloaded":
+        metrics.rejections.inc(surface=surface_of(path), reason=REJECT_REASONS.get(err.code or "", "invalid_request"))
 
 
 def error_response(path: str, err: APIError):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 
-from macaron_ray.api.errors import APIError, error_response
+from macaron_ray.api.errors import APIError, count_rejection, error_response
 from macaron_ray.api.keys import KeyRing
 from macaron_ray.observability.metrics import MoLMetrics
 from macaron_ray.store.base import named_tenant_id, tenant_id
@@ -80,12 +80,11 @@ class _Bucket:
 
 
 class Gate:
-    def __init__(self, app, *, keys: KeyRing | None, limits: Limits, metrics: MoLMetrics, clock=time.monotonic):
+    def __init__(self, app, *, keys: KeyRing | None, limits: Limits, metrics: MoLMetrics):
         self.app = app
         self.keys = keys
         self.limits = limits
         self.metrics = metrics
-        self.clock = clock
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._tenant_turns: dict[str, int] = {}
         self._turns = 0
@@ -100,7 +99,7 @@ class Gate:
             if turn:
                 self._admit(tenant)
         except APIError as err:
-            self.metrics.count_rejection(path, err)
+            count_rejection(self.metrics, path, err)
             return await error_response(path, err)(scope, receive, send)
         scope.setdefault("state", {})[TENANT_STATE] = tenant
         if not turn:
@@ -132,7 +131,7 @@ class Gate:
         self._tenant_turns[tenant] = held + 1
 
     def _take_token(self, tenant: str, rate: float, burst: int) -> None:
-        now = self.clock()
+        now = time.monotonic()
         bucket = self._buckets.get(tenant)
         if bucket is None:
             bucket = self._buckets[tenant] = _Bucket(float(burst), now)

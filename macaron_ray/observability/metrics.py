@@ -199,14 +199,6 @@ class MoLMetrics:
         self.turns_in_flight = make(TURNS_IN_FLIGHT)
         self.streams_in_flight = make(STREAMS_IN_FLIGHT)
 
-    def count_rejection(self, path: str, err) -> None:
-        """An `APIError` answered to the client: counted when it is a refusal (4xx, or 503 overloaded)."""
-        if 400 <= err.status < 500 or err.code == "overloaded":
-            from macaron_ray.api.app import surface_of
-
-            self.rejections.inc(surface=surface_of(path),
-                                reason=REJECT_REASONS.get(err.code or "", "invalid_request"))
-
     def tokens(self, hop: str, specialist: str, usage) -> None:
         """Prompt and cached prompt tokens of one engine call (`usage`: core `Usage` or None)."""
         if usage is not None:

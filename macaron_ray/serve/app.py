@@ -63,7 +63,7 @@ class MoLIngress:
         self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
                                  keys=_key_ring(ingress.api_keys_env), debug_headers=ingress.debug_headers,
                                  context_tokens=self.args.context_tokens(),
-                                 limits=Limits(lim.requests_per_s, lim.burst, lim.concurrent_turns, lim.turns_in_flight),
+                                 limits=Limits(**lim.model_dump(include=set(Limits.__dataclass_fields__))),
                                  max_messages=lim.max_messages, body_limit_bytes=lim.body_bytes)
 
     async def __serve_build_asgi_app__(self):
