@@ -24,7 +24,10 @@ the checks read the store (Redis) and the clients' records:
     lost          committed turns (in the store before the fault) missing after it: must be 0
     changed       committed turns whose label or summary changed (an own-view would no longer be
                   a prefix of its next one): must be 0
-    undelivered   turns in the store that no client saw delivered: must be 0
+    undelivered   turns in the store that no client saw delivered, nor is still trying to: must be 0.
+                  A client's turn counts under its key and, when the answer it received is not
+                  the one committed first (a retry after a stream broken past the commit), under
+                  the key the runner files that answer's summary under (`answer_key`)
     leaks         private strings (adapter ids, the base's path, stack traces) in anything a client
                   received: must be none
     unclear       failed attempts without a retryable error in the surface's envelope (503/429 +
@@ -38,6 +41,7 @@ retries, and the figures above, per fault.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import random
@@ -51,7 +55,8 @@ from pathlib import Path
 
 import httpx
 
-from macaron_ray.core.conversation import Message, split_turns
+from macaron_ray.core.conversation import Message, answer_key, split_turns
+from macaron_ray.core.summary_hop import answer_digest, answer_sha
 from macaron_ray.store.base import tenant_id
 
 FAULTS = ("decode_kill", "prefill_kill", "ingress_kill", "redis_restart", "redis_down", "engine_stall",
@@ -175,8 +180,22 @@ class Client:
     next_turn: int = 0
     delivered: set[str] = field(default_factory=set)
     """Keys of every turn this client saw delivered, in every conversation it ran."""
+    pending: str | None = None
+    """Key of the turn this client is trying to get delivered (attempts may be under way)."""
     streaming: bool = False
     """A stream of this client is open and has sent a delta (a fault may be injected now)."""
+
+    def begin(self, tenant: str, messages: list[dict]) -> None:
+        """The turn ending in `messages` is the one this client now tries to get delivered."""
+        self.pending = split_turns(tenant, [Message(**m) for m in messages]).turns[-1].key
+
+    def deliver(self, messages: list[dict], answer: str) -> None:
+        """`answer` to the pending turn arrived whole: it joins the history, and the turn is
+        delivered under its key and under the key of this answer's own summary."""
+        self.history = [*messages, {"role": "assistant", "content": answer}]
+        self.delivered |= {self.pending, answer_key(self.pending, answer_sha(answer_digest(answer, None)))}
+        self.pending = None
+        self.next_turn += 1
 
 
 class Load:
@@ -215,18 +234,17 @@ class Load:
             if client.next_turn == len(client.turns):  # the trace is done: a new conversation
                 client.history, client.next_turn = [], 0
             text = client.turns[client.next_turn]
+            messages = [*client.history, {"role": "user", "content": text}]
+            client.begin(self.tenant, messages)
             for number in range(1, MAX_ATTEMPTS + 1):
                 if self._stop.is_set():
                     return
                 attempt = Attempt(client.index, client.next_turn, number, client.surface, time.monotonic())
                 client.attempts.append(attempt)
-                answer = await self._attempt(http, client, attempt, [*client.history, {"role": "user", "content": text}])
+                answer = await self._attempt(http, client, attempt, messages)
                 attempt.ended = time.monotonic()
                 if answer is not None:
-                    client.history += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
-                    history = split_turns(self.tenant, [Message(**m) for m in client.history])
-                    client.delivered.add(history.turns[-1].key)
-                    client.next_turn += 1
+                    client.deliver(messages, answer)
                     break
                 wait = float(attempt.retry_after) if (attempt.retry_after or "").isdigit() else 1.0
                 await asyncio.sleep(min(wait, 5.0))
@@ -323,10 +341,10 @@ def _error_of(raw: bytes, surface: str) -> tuple[str | None, bool]:
 # -- the checks ------------------------------------------------------------------------------------
 
 
-def check(before: dict[str, dict], after: dict[str, dict], delivered: set[str]) -> dict:
+def check(before: dict[str, dict], after: dict[str, dict], delivered: set[str], pending: set[str] = frozenset()) -> dict:
     lost = sorted(k for k in before if k not in after)
     changed = sorted(k for k, meta in before.items() if k in after and _fixed(meta) != _fixed(after[k], meta))
-    undelivered = sorted(k for k in after if k not in delivered)
+    undelivered = sorted(k for k in after if k not in delivered and k not in pending)
     return {"committed_before": len(before), "committed_after": len(after), "lost": len(lost),
             "changed": len(changed), "undelivered": len(undelivered)}
 
@@ -338,7 +356,8 @@ def _fixed(meta: dict, earlier: dict | None = None) -> tuple:
 
 
 def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dict:
-    window = [a for a in attempts if since <= a.started < until]
+    started = [a for a in attempts if since <= a.started < until]
+    window = [a for a in started if a.outcome]  # ended: those still under way are counted apart
     failed = [a for a in window if a.outcome != "delivered"]
     kinds: dict[str, int] = {}
     for a in failed:
@@ -346,6 +365,7 @@ def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dic
     unclear = [a for a in failed if not a.clear and a.outcome != "disconnected"]
     return {"attempts": len(window), "delivered": sum(a.outcome == "delivered" for a in window),
             "failed": len(failed), "failed_by_kind": kinds, "retries": sum(a.number > 1 for a in window),
+            "under_way": len(started) - len(window),
             "unclear": len(unclear),
             "unclear_examples": [{k: v for k, v in asdict(a).items() if k in ("outcome", "status", "code", "surface")}
                                  for a in unclear[:5]]}
@@ -364,21 +384,37 @@ def chaos_config(profile: Path, out: Path, *, port: int, redis_url: str) -> Path
                              args_updates={"store": {"kind": "redis", "url": redis_url}, "ingress": ingress})
 
 
-class Injector:
-    def __init__(self, cluster, redis: RedisProcess, load: Load):
-        self.cluster, self.redis, self.load = cluster, redis, load
+@dataclass(frozen=True)
+class Timings:
+    """How long each part of a fault phase lasts (the tier in tests/fault runs shorter ones)."""
 
-    def _engine(self, deployment: str):
+    quiet_s: float = 20.0
+    """Load without a fault before each fault."""
+    settle_s: float = 20.0
+    """Load after recovery, before the checks."""
+    timeout_s: float = 300.0
+    """Longest wait for the first turn delivered after the fault."""
+    redis_down_s: float = REDIS_DOWN_S
+    stall_s: float = STALL_S
+    disconnect_s: float = DISCONNECT_S
+
+
+class Injector:
+    def __init__(self, cluster, redis: RedisProcess, load: Load | None = None, timings: Timings = Timings()):
+        self.cluster, self.redis, self.load, self.timings = cluster, redis, load, timings
+
+    def engine(self, deployment: str):
         _, engines = deployment_processes(self.cluster.session_dir, deployment)
         if not engines:
             raise RuntimeError(f"no vLLM engine process of {deployment} found")
         return engines[0]
 
     async def inject(self, fault: str) -> None:
+        t = self.timings
         if fault == "decode_kill":
-            self._engine("Decode:base").send_signal(signal.SIGKILL)
+            self.engine("Decode:base").send_signal(signal.SIGKILL)
         elif fault == "prefill_kill":
-            self._engine("Prefill:base").send_signal(signal.SIGKILL)
+            self.engine("Prefill:base").send_signal(signal.SIGKILL)
         elif fault == "ingress_kill":
             replicas, _ = deployment_processes(self.cluster.session_dir, "MoLIngress")
             replicas[0].send_signal(signal.SIGKILL)
@@ -387,25 +423,26 @@ class Injector:
             self.redis.start()
         elif fault == "redis_down":
             self.redis.stop()
-            await asyncio.sleep(REDIS_DOWN_S)
+            await asyncio.sleep(t.redis_down_s)
             self.redis.start()
         elif fault == "engine_stall":
-            engine = self._engine("Decode:base")
+            engine = self.engine("Decode:base")
             engine.send_signal(signal.SIGSTOP)
             try:
-                await asyncio.sleep(STALL_S)
+                await asyncio.sleep(t.stall_s)
             finally:
                 engine.send_signal(signal.SIGCONT)
         elif fault == "client_disconnect":
-            self.load.disconnect_until = time.monotonic() + DISCONNECT_S
-            await asyncio.sleep(DISCONNECT_S)
+            self.load.disconnect_until = time.monotonic() + t.disconnect_s
+            await asyncio.sleep(t.disconnect_s)
         else:
             raise ValueError(f"unknown fault {fault!r}")
 
 
-async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess, tenant: str, *,
-                 quiet_s: float, settle_s: float, timeout_s: float) -> dict:
-    await asyncio.sleep(quiet_s)
+async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess, tenant: str) -> dict:
+    t = injector.timings
+    phase_started = time.monotonic()
+    await asyncio.sleep(t.quiet_s)
     deadline = time.monotonic() + 60
     while not load.streaming() and time.monotonic() < deadline:  # inject while a stream is open
         await asyncio.sleep(0.05)
@@ -415,78 +452,185 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
     injected_s = time.monotonic() - t0
     attempts = lambda: [a for c in load.clients for a in c.attempts]  # noqa: E731
     recovered = None
-    while recovered is None and time.monotonic() - t0 < timeout_s:
+    while recovered is None and time.monotonic() - t0 < t.timeout_s:
         done = [a.ended for a in attempts() if a.started >= t0 + injected_s and a.outcome == "delivered"]
         recovered = min(done) if done else None
         await asyncio.sleep(0.5)
-    await asyncio.sleep(settle_s)
+    await asyncio.sleep(t.settle_s)
     after = await asyncio.to_thread(redis.turns, tenant)
-    result = {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(set(load.leaks)),
-              "recovery_s": None if recovered is None else round(recovered - t0, 2),
-              **check(before, after, set().union(*(c.delivered for c in load.clients))),
-              **attempts_summary(attempts(), t0, time.monotonic())}
-    return result
+    return {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(set(load.leaks)),
+            "recovery_s": None if recovered is None else round(recovered - t0, 2),
+            **check(before, after, set().union(*(c.delivered for c in load.clients)),
+                    {c.pending for c in load.clients if c.pending}),
+            **attempts_summary(attempts(), t0, time.monotonic()),
+            "phase_s": round(time.monotonic() - phase_started, 1)}
+
+
+KV_CHECK_PROMPT = ("Here is my week: Monday gym at 7, Tuesday dentist at 10, Wednesday call with Ana, Thursday "
+                   "rest, Friday dinner with Tom at 8. Which day is the busiest, and why?")
+KV_CHECK_TOKENS = 24
+KV_CHECK_PREFILL_WAIT_S = 8.0
+"""From the request to the prefill engine's SIGKILL, while the decode engine is stopped: the route
+hop and the prefill take well under this on an idle machine; the decode has not pulled the KV yet."""
+
+
+class Rig:
+    """Redis, the local topology on it, and (once started) the load: one fault after another.
+
+    A context manager: `with Rig(profile) as rig: rig.phase("decode_kill")`. The load and the
+    phases run on an event loop in a thread of their own, so the rig is driven from plain code
+    (the CLI, or pytest).
+    """
+
+    def __init__(self, profile: Path, *, conversations: int = 16, max_tokens: int = 24,
+                 timings: Timings = Timings(), log_dir: Path = Path(".bench")):
+        self.profile, self.conversations, self.max_tokens = Path(profile), conversations, max_tokens
+        self.timings, self.log_dir = timings, Path(log_dir)
+        self.tenant = tenant_id(API_KEY)
+        self.deploy_s: float | None = None
+        self.load: Load | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner = None
+
+    def __enter__(self) -> "Rig":
+        import threading
+
+        import ray
+
+        from macaron_ray.engine.local_server import free_port
+        from macaron_ray.serve.args import load_profile
+        from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
+
+        os.environ.update(RAY_ENV)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        redis_dir = self.log_dir / "chaos-redis"
+        shutil.rmtree(redis_dir, ignore_errors=True)
+        self.redis = RedisProcess(redis_dir)
+        self.redis.start()
+        try:
+            config = chaos_config(self.profile, self.log_dir / "chaos.yaml", port=self.port, redis_url=self.redis.url)
+            self.args = load_profile(config)
+            self.cluster = LocalRayCluster(log_path=self.log_dir / "chaos-ray.log").__enter__()
+        except BaseException:
+            self.redis.stop()
+            raise
+        try:
+            started = time.monotonic()
+            self.cluster.serve_deploy(config)
+            self.wait_healthy()
+            self.deploy_s = round(time.monotonic() - started, 1)
+            ray.init(address=self.cluster.address, log_to_driver=False, logging_level="ERROR")
+            self.private = tuple(s.adapter_id for s in self.args.registry().specialists) + (str(self.args.base_source()),)
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, name="chaos-loop", daemon=True).start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        try:
+            if self._runner is not None:
+                self._loop.call_soon_threadsafe(self.load.stop)
+                self._runner.result(600)
+        finally:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            ray.shutdown()
+            self.cluster.__exit__(*exc)
+            self.redis.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_healthy(self, timeout_s: float = 900) -> None:
+        self.cluster.wait_running("macaron", self.args.deployment_names(), timeout_s=timeout_s)
+
+    def _run(self, coro, timeout_s: float):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def start_load(self) -> Load:
+        if self.load is None:
+            self.load = Load(self.url, self.args.public_model, self.conversations, self.max_tokens,
+                             tenant=self.tenant, private=self.private)
+            self._runner = asyncio.run_coroutine_threadsafe(self.load.run(), self._loop)
+        return self.load
+
+    def phase(self, fault: str) -> dict:
+        """One fault under the load, then the checks; returns once every deployment is healthy again."""
+        load = self.start_load()
+        t = self.timings
+        bound = t.quiet_s + t.redis_down_s + t.stall_s + t.disconnect_s + t.timeout_s + t.settle_s + 120
+        injector = Injector(self.cluster, self.redis, load, t)
+        result = self._run(_phase(fault, injector, load, self.redis, self.tenant), bound)
+        started = time.monotonic()
+        self.wait_healthy()
+        result["healthy_again_s"] = round(time.monotonic() - started, 1)
+        return result
+
+    def prefill_lost_after_prefill(self) -> dict:
+        """The KV-transfer loss check, on an idle topology (before the load starts): one answer
+        undisturbed, then the same request from another tenant (its own `cache_salt`: nothing of
+        the first is reused) with the decode engine stopped until the prefill engine that computed
+        its KV has been killed. The decode engine then loads KV from a dead engine, which vLLM's
+        `kv_load_failure_policy: recompute` turns into a local prefill. Returns both answers."""
+        if self.load is not None:
+            raise RuntimeError("the KV-loss check runs before the load starts")
+        injector = Injector(self.cluster, self.redis, timings=self.timings)
+
+        def ask(key: str) -> str:
+            body = {"model": self.args.public_model, "temperature": 0, "max_tokens": KV_CHECK_TOKENS,
+                    "messages": [{"role": "user", "content": KV_CHECK_PROMPT}]}
+            r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=300,
+                           headers={"authorization": f"Bearer {key}"})
+            r.raise_for_status()
+            return r.json()["choices"][0]["message"]["content"]
+
+        undisturbed = ask("kv-check-undisturbed")
+        decode = injector.engine("Decode:base")
+        decode.send_signal(signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                disturbed = pool.submit(ask, "kv-check-disturbed")
+                time.sleep(KV_CHECK_PREFILL_WAIT_S)
+                injector.engine("Prefill:base").send_signal(signal.SIGKILL)
+                decode.send_signal(signal.SIGCONT)
+                answer = disturbed.result(300)
+        finally:
+            decode.send_signal(signal.SIGCONT)
+        self.wait_healthy()
+        return {"undisturbed": undisturbed, "disturbed": answer, "equal": undisturbed == answer,
+                "recomputed": self.decode_recovered_kv()}
+
+    def decode_recovered_kv(self) -> int:
+        """How many times the decode engine logged vLLM's "Recovered from KV load failure"."""
+        logs = Path(self.cluster.session_dir) / "logs"
+        return sum(path.read_text(errors="replace").count("Recovered from KV load failure")
+                   for path in logs.glob("worker-*.err"))
 
 
 def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversations: int = 16,
-        max_tokens: int = 24, quiet_s: float = 20.0, settle_s: float = 20.0, fault_timeout_s: float = 300.0,
-        log_dir: Path = Path(".bench")) -> dict:
-    import ray
-
-    from macaron_ray.engine.local_server import free_port
-    from macaron_ray.serve.args import load_profile
-    from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
-
-    os.environ.update(RAY_ENV)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    redis_dir = log_dir / "chaos-redis"
-    shutil.rmtree(redis_dir, ignore_errors=True)
-    redis = RedisProcess(redis_dir)
-    redis.start()
-    config = chaos_config(profile, log_dir / "chaos.yaml", port=port, redis_url=redis.url)
-    args = load_profile(config)
-    tenant = tenant_id(API_KEY)
+        max_tokens: int = 24, timings: Timings = Timings(), log_dir: Path = Path(".bench")) -> dict:
     report: dict = {"profile": Path(profile).name, "conversations": conversations, "max_tokens": max_tokens,
                     "ingress_replicas": 2, "inter_token_deadline_s": INTER_TOKEN_S, "faults": []}
-    try:
-        with LocalRayCluster(log_path=log_dir / "chaos-ray.log") as cluster:
-            started = time.monotonic()
-            cluster.serve_deploy(config)
-            cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
-            report["deploy_s"] = round(time.monotonic() - started, 1)
-            ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-            private = tuple(s.adapter_id for s in args.registry().specialists) + (str(args.base_source()),)
-            load = Load(f"http://127.0.0.1:{port}", args.public_model, conversations, max_tokens, tenant=tenant,
-                        private=private)
-
-            async def main() -> None:
-                runner = asyncio.create_task(load.run())
-                try:
-                    injector = Injector(cluster, redis, load)
-                    for fault in faults:
-                        result = await _phase(fault, injector, load, redis, tenant, quiet_s=quiet_s,
-                                              settle_s=settle_s, timeout_s=fault_timeout_s)
-                        report["faults"].append(result)
-                        out.write_text(json.dumps(report, indent=2) + "\n")
-                        # The next fault waits for every deployment to be healthy again.
-                        await asyncio.to_thread(cluster.wait_running, "macaron", args.deployment_names(), 900)
-                finally:
-                    load.stop()
-                    await asyncio.wait_for(runner, 600)
-
-            try:
-                asyncio.run(main())
-            finally:
-                ray.shutdown()
-            all_attempts = [a for c in load.clients for a in c.attempts]
-            report["totals"] = {**attempts_summary(all_attempts, 0.0, float("inf")),
-                                "lost": sum(f["lost"] for f in report["faults"]),
-                                "changed": sum(f["changed"] for f in report["faults"]),
-                                "undelivered": sum(f["undelivered"] for f in report["faults"]),
-                                "leaks": sorted(set(load.leaks))}
-    finally:
-        redis.stop()
+    with Rig(profile, conversations=conversations, max_tokens=max_tokens, timings=timings, log_dir=log_dir) as rig:
+        report["deploy_s"] = rig.deploy_s
+        report["kv_loss"] = rig.prefill_lost_after_prefill()
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        for fault in faults:
+            report["faults"].append(rig.phase(fault))
+            out.write_text(json.dumps(report, indent=2) + "\n")
+    load = rig.load
+    all_attempts = [a for c in load.clients for a in c.attempts] if load else []
+    report["totals"] = {**attempts_summary(all_attempts, 0.0, float("inf")),
+                        "lost": sum(f["lost"] for f in report["faults"]),
+                        "changed": sum(f["changed"] for f in report["faults"]),
+                        "undelivered": max((f["undelivered"] for f in report["faults"]), default=0),
+                        "leaks": sorted(set(load.leaks)) if load else []}
     out.write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -502,4 +646,8 @@ def format_report(report: dict) -> str:
     if t:
         rows.append(f"{'total':<18} {t['attempts']:>8} {t['delivered']:>9} {t['failed']:>6} {t['retries']:>7} "
                     f"{t['unclear']:>7} {t['lost']:>4} {t['changed']:>7} {t['undelivered']:>8}")
+    kv = report.get("kv_loss")
+    if kv:
+        rows.append(f"prefill killed after its prefill: answer token-equal to the undisturbed one: {kv['equal']} "
+                    f"(decode recovered from a KV load failure {kv['recomputed']} time(s))")
     return "\n".join(rows)

@@ -45,11 +45,12 @@ def _chaos(args: argparse.Namespace) -> int:
     from macaron_ray import chaos
 
     report = chaos.run(args.profile, args.out, faults=tuple(args.faults), conversations=args.conversations,
-                       max_tokens=args.max_tokens, quiet_s=args.quiet_s, settle_s=args.settle_s)
+                       max_tokens=args.max_tokens, timings=chaos.Timings(quiet_s=args.quiet_s, settle_s=args.settle_s))
     print(chaos.format_report(report))
     print(f"wrote {args.out}")
-    t = report["totals"]
-    return 0 if t["lost"] == t["changed"] == t["undelivered"] == 0 else 1
+    t, kv = report["totals"], report["kv_loss"]
+    return 0 if t["lost"] == t["changed"] == t["undelivered"] == t["unclear"] == 0 and not t["leaks"] \
+        and kv["equal"] else 1
 
 
 def _keys_new(args: argparse.Namespace) -> int:

@@ -32,6 +32,10 @@ INGRESS_DEPLOYMENT = "MoLIngress"
 NIXL_PORT_BASE = {"prefill": 20000, "decode": 22000}
 """NIXL side-channel ports (plus the replica's offset): prefill and decode replicas may share a
 node, so each role starts from its own base."""
+ENGINE_HEALTH_CHECK_PERIOD_S = 2.0
+"""Serve's health-check period of the engine deployments (its default is 10 s). A replica whose
+vLLM engine died is replaced after three failed checks: 6 s instead of 30 s of 503s before the
+restart even begins (`macaron chaos`, decode_kill and prefill_kill)."""
 NODE_TYPE_RESOURCE_PREFIX = "macaron_node_"
 """A node of type T advertises the custom resource `macaron_node_T` (see cluster/)."""
 NODE_TYPE_SHARE = 0.001
@@ -409,7 +413,8 @@ class AppArgs(_Strict):
         env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **spec.env_vars}
         if spec.cpu_cores:
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_cores
-        deployment: dict[str, Any] = {"num_replicas": spec.num_replicas}
+        deployment: dict[str, Any] = {"num_replicas": spec.num_replicas,
+                                      "health_check_period_s": ENGINE_HEALTH_CHECK_PERIOD_S}
         if spec.max_ongoing_requests:
             deployment["max_ongoing_requests"] = spec.max_ongoing_requests
         if spec.node_type:

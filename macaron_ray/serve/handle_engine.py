@@ -8,7 +8,10 @@ clients share `StreamAccumulator`.
 
 `ReplicaWatch` follows Serve's view of each deployment: while a deployment has
 no running replica, `stream` fails at once with a retryable EngineUnavailable (the
-API answers 503 with Retry-After) instead of queueing behind a restart.
+API answers 503 with Retry-After) instead of queueing behind a restart. A replica whose
+vLLM engine process died answers every call with vLLM's `EngineDeadError` until Serve's
+health check replaces it: that is the same restart, seen from inside the replica, and
+fails as EngineUnavailable too.
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ class ServeHandleEngine:
         self._watch = watch
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
-        from ray.exceptions import RayActorError  # ActorDiedError and ActorUnavailableError too
+        from ray.exceptions import RayActorError, RayTaskError  # ActorDiedError, ActorUnavailableError
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
@@ -148,4 +151,21 @@ class ServeHandleEngine:
                         yield delta
         except (RayActorError, DeploymentUnavailableError, BackPressureError) as exc:
             raise EngineUnavailable(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
+        except RayTaskError as exc:
+            if not engine_dead(exc):
+                raise
+            raise EngineUnavailable(f"{self._deployment}: its engine died and is being replaced") from exc
         yield acc.final()
+
+
+def engine_dead(exc: BaseException) -> bool:
+    """Whether `exc` is, or wraps, vLLM's EngineDeadError (by name: vLLM is not imported here).
+    Ray wraps a replica's exception in RayTaskError (`.cause`), once per hop: the decode server's
+    call to the prefill server adds one more."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(t.__name__ == "EngineDeadError" for t in type(exc).__mro__):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    return False

@@ -83,6 +83,24 @@ def test_the_checks_count_lost_changed_and_undelivered_turns():
     assert chaos.check(before, after, {"a", "b", "c"}) == {
         "committed_before": 3, "committed_after": 4, "lost": 0, "changed": 1, "undelivered": 1}
     assert chaos.check(before, {"a": before["a"]}, {"a", "b", "c"})["lost"] == 2
+    # "d" is the turn a client is still trying to get delivered: not (yet) undelivered
+    assert chaos.check(before, after, {"a", "b", "c"}, {"d"})["undelivered"] == 0
+
+
+def test_a_client_counts_its_turn_under_the_key_the_runner_files_its_own_answer_under():
+    """A stream broken after its commit is retried; the answer the retry delivers may not be the one
+    committed, and the next turn files that answer's summary under a key of its own. The client
+    counts its delivered turn under that key too, so it is not taken for an undelivered one."""
+    from macaron_ray.core.conversation import Message, answer_key, split_turns
+    from macaron_ray.core.turn_runner import _answer_sha
+
+    client = chaos.Client(0, "chat", ["hi", "and then?"])
+    messages = [{"role": "user", "content": "hi"}]
+    client.begin("t", messages)
+    client.deliver(messages, "hello there\nfriend")
+    past = split_turns("t", [Message(**m) for m in [*client.history, {"role": "user", "content": "and then?"}]]).turns[0]
+    assert client.delivered == {past.key, answer_key(past.key, _answer_sha(past))}
+    assert client.pending is None and client.next_turn == 1
 
 
 def test_error_bodies_are_read_in_each_surfaces_envelope():

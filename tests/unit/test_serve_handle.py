@@ -97,6 +97,34 @@ def test_a_dead_replica_is_a_retryable_engine_error():
     assert err.value.retryable
 
 
+class EngineDeadError(Exception):
+    """Stands in for vLLM's (matched by name, as the ingress does not import vLLM)."""
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_a_replica_whose_engine_died_is_a_retryable_engine_error(hops):
+    from ray.exceptions import RayTaskError
+
+    from macaron_ray.core.engine_client import EngineUnavailable
+
+    error: BaseException = EngineDeadError("EngineCore encountered an issue")
+    for _ in range(hops):  # the decode server's call to the prefill server wraps it once more
+        error = RayTaskError("chat", "traceback", error).as_instanceof_cause()
+    handle = FakeHandle([_sse(_delta("x"))], error=error)
+    with pytest.raises(EngineUnavailable) as err:
+        asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(adapter="a", messages=[])))
+    assert err.value.retryable
+
+
+def test_another_replica_task_error_is_not_taken_for_a_restart():
+    from ray.exceptions import RayTaskError
+
+    error = RayTaskError("chat", "traceback", ValueError("a bug")).as_instanceof_cause()
+    handle = FakeHandle([_sse(_delta("x"))], error=error)
+    with pytest.raises(RayTaskError):
+        asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(adapter="a", messages=[])))
+
+
 def _watch_reading(*views: dict[str, int] | Exception) -> ReplicaWatch:
     """A watch whose cached view is views[0] and whose reads of Serve return (or raise) the next views."""
     reads = iter(views[1:])
