@@ -57,6 +57,7 @@ import httpx
 
 from macaron_ray.core.conversation import Message, answer_key, split_turns
 from macaron_ray.core.summary_hop import answer_digest, answer_sha
+from macaron_ray.loadtest.leaks import LeakScan
 from macaron_ray.store.base import tenant_id
 
 FAULTS = ("decode_kill", "prefill_kill", "ingress_kill", "redis_restart", "redis_down", "engine_stall",
@@ -69,7 +70,6 @@ DISCONNECT_S = 20.0
 INTER_TOKEN_S = 10.0
 """The profile's inter-token deadline in this run (the stall outlasts it)."""
 RETRYABLE = (429, 503)
-LEAK_MARKERS = ("Traceback", 'File "', "site-packages", "macaron_ray")
 
 
 # -- the store -----------------------------------------------------------------------------------
@@ -212,8 +212,7 @@ class Load:
                         for i in range(conversations)]
         self.disconnect_until = 0.0
         self.start_jitter_s = start_jitter_s
-        self.private = (*private, *LEAK_MARKERS)
-        self.leaks: list[str] = []
+        self.scan = LeakScan(private)
         """Private strings (adapter ids, the base's path, stack traces) found in what a client received."""
         self.rng = random.Random(seed)
         self._stop = asyncio.Event()
@@ -267,10 +266,10 @@ class Load:
             async with http.stream("POST", path, json=body, headers=headers) as resp:
                 attempt.status = resp.status_code
                 attempt.retry_after = resp.headers.get("retry-after")
-                self._scan(json.dumps(dict(resp.headers)))
+                self.scan.scan(json.dumps(dict(resp.headers)))
                 if resp.status_code != 200:
                     raw = await resp.aread()
-                    self._scan(raw.decode(errors="replace"))
+                    self.scan.scan(raw.decode(errors="replace"))
                     attempt.outcome = "refused"
                     attempt.code, envelope = _error_of(raw, client.surface)
                     attempt.clear = envelope and resp.status_code in RETRYABLE and attempt.retry_after is not None
@@ -280,7 +279,7 @@ class Load:
                     async for line in resp.aiter_lines():
                         if not line.startswith("data: "):
                             continue
-                        self._scan(line)
+                        self.scan.scan(line)
                         data = line[6:]
                         if data == "[DONE]":
                             done = True
@@ -312,8 +311,6 @@ class Load:
         return "".join(parts)
 
 
-    def _scan(self, text: str) -> None:
-        self.leaks += [p for p in self.private if p in text]
 
 
 def _delta_text(event: dict, surface: str) -> str:
@@ -458,7 +455,7 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
         await asyncio.sleep(0.5)
     await asyncio.sleep(t.settle_s)
     after = await asyncio.to_thread(redis.turns, tenant)
-    return {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(set(load.leaks)),
+    return {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(load.scan.found),
             "recovery_s": None if recovered is None else round(recovered - t0, 2),
             **check(before, after, set().union(*(c.delivered for c in load.clients)),
                     {c.pending for c in load.clients if c.pending}),
@@ -630,7 +627,7 @@ def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversat
                         "lost": sum(f["lost"] for f in report["faults"]),
                         "changed": sum(f["changed"] for f in report["faults"]),
                         "undelivered": max((f["undelivered"] for f in report["faults"]), default=0),
-                        "leaks": sorted(set(load.leaks)) if load else []}
+                        "leaks": sorted(load.scan.found) if load else []}
     out.write_text(json.dumps(report, indent=2) + "\n")
     return report
 

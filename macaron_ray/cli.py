@@ -233,13 +233,15 @@ def _bench_hops(args: argparse.Namespace) -> int:
 def _loadtest(args: argparse.Namespace) -> int:
     from macaron_ray.loadtest import main as loadtest
     from macaron_ray.loadtest.client import LoadConfig, NotLoopback
+    from macaron_ray.loadtest.leaks import local_private_names
     from macaron_ray.loadtest.traces import load_traces
 
     try:
         cfg = LoadConfig(url=args.url, api_key=args.api_key, surface=args.surface, model=args.model,
                          conversations=args.conversations, max_requests=args.max_requests, duration_s=args.duration,
                          think_time_s=args.think_time, disconnect_rate=args.disconnect_rate,
-                         max_tokens=args.max_tokens, seed=args.seed, allow_remote=args.allow_remote)
+                         max_tokens=args.max_tokens, seed=args.seed, allow_remote=args.allow_remote,
+                         private=local_private_names())
         report = loadtest.run(cfg, tuple(args.concurrency), args.out, None if args.no_plots else args.plots,
                               traces=load_traces(args.traces) if args.traces else None, progress=not args.quiet,
                               metrics_urls=args.metrics_url)

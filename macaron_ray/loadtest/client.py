@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL
+from macaron_ray.loadtest.leaks import LeakScan
 from macaron_ray.loadtest.report import RequestRecord
 from macaron_ray.loadtest.timing import SSE_PREFIX, parse_server_timing
 from macaron_ray.loadtest.traces import Conversation, Traces
@@ -75,6 +76,8 @@ class LoadConfig:
     request_timeout_s: float = 300.0
     allow_remote: bool = False
     """Allow a target that is not a loopback address."""
+    private: tuple[str, ...] = ()
+    """Strings no response may contain (adapter ids, the base's path), besides `LEAK_MARKERS`."""
 
     def __post_init__(self):
         if self.surface not in SURFACES:
@@ -83,20 +86,24 @@ class LoadConfig:
             raise ValueError("disconnect_rate must be within 0..1")
 
 
-def timing_transport(http=httpx):
+def timing_transport(http=httpx, leaks: LeakScan | None = None):
     """A transport for `http` (the httpx module an SDK uses: httpx for openai, httpx2 for anthropic)
-    that records each tagged request's `Server-Timing` header and stream comment in `.seen[tag]`."""
-    return _transport_class(http)()
+    that records each tagged request's `Server-Timing` header and stream comment in `.seen[tag]`,
+    and scans every response's headers and bytes with `leaks`."""
+    return _transport_class(http)(leaks=leaks)
 
 
 @cache
 def _transport_class(http):
     class TimedStream(http.AsyncByteStream):
-        def __init__(self, inner, into: dict[str, float]):
+        def __init__(self, inner, into: dict[str, float], leaks: LeakScan | None):
             self.inner, self.into, self.tail = inner, into, b""
+            self.leaks = leaks.stream() if leaks is not None else None
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             async for chunk in self.inner:
+                if self.leaks is not None:
+                    self.leaks.feed(chunk.decode(errors="replace"))
                 self.tail = (self.tail + chunk)[-4096:]
                 *lines, self.tail = self.tail.split(b"\n")
                 for line in lines:
@@ -108,18 +115,21 @@ def _transport_class(http):
             await self.inner.aclose()
 
     class TimingTransport(http.AsyncBaseTransport):
-        def __init__(self, inner=None):
+        def __init__(self, inner=None, leaks: LeakScan | None = None):
             self.inner = inner or http.AsyncHTTPTransport()
             self.seen: dict[str, dict[str, float]] = {}
+            self.leaks = leaks
 
         async def handle_async_request(self, request):
             response = await self.inner.handle_async_request(request)
+            if self.leaks is not None:
+                self.leaks.scan("\n".join(f"{k}: {v}" for k, v in response.headers.items()))
             tag = request.headers.get(REQUEST_ID_HEADER)
-            if tag is None:
-                return response
-            self.seen[tag] = parse_server_timing(response.headers.get("server-timing"))
+            timing = parse_server_timing(response.headers.get("server-timing"))
+            if tag is not None:
+                self.seen[tag] = timing
             return http.Response(response.status_code, headers=response.headers, extensions=response.extensions,
-                                 request=request, stream=TimedStream(response.stream, self.seen[tag]))
+                                 request=request, stream=TimedStream(response.stream, timing, self.leaks))
 
         async def aclose(self) -> None:
             await self.inner.aclose()
@@ -283,9 +293,10 @@ async def _request(state: _Surface, transport, record: RequestRecord, t0: float,
 
 
 async def play(cfg: LoadConfig, traces: Traces, conversation: Conversation, index: int, concurrency: int,
-               budget: Budget, records: list[RequestRecord], rng: random.Random, t0: float, progress=None) -> None:
+               budget: Budget, records: list[RequestRecord], rng: random.Random, t0: float, progress=None,
+               leaks: LeakScan | None = None) -> None:
     module = _sdk_httpx(cfg.surface)
-    transport = timing_transport(module)
+    transport = timing_transport(module, leaks)
     async with module.AsyncClient(transport=transport, timeout=cfg.request_timeout_s) as http:
         state = _Surface(cfg, traces, http, f"Load test {cfg.seed}-{uuid.uuid4().hex[:8]}: {conversation.name}.")
         for n, turn in enumerate(conversation.turns):
@@ -311,8 +322,10 @@ async def play(cfg: LoadConfig, traces: Traces, conversation: Conversation, inde
                     progress.update(1)
 
 
-async def run_level(cfg: LoadConfig, traces: Traces, concurrency: int, progress=None) -> tuple[list[RequestRecord], float]:
-    """Play `cfg.conversations` conversations, `concurrency` at a time, within the budget."""
+async def run_level(cfg: LoadConfig, traces: Traces, concurrency: int, progress=None,
+                    leaks: LeakScan | None = None) -> tuple[list[RequestRecord], float]:
+    """Play `cfg.conversations` conversations, `concurrency` at a time, within the budget; `leaks`
+    scans everything received."""
     require_loopback(cfg.url, allow_remote=cfg.allow_remote)
     budget = Budget(cfg.max_requests, cfg.duration_s)
     records: list[RequestRecord] = []
@@ -325,7 +338,7 @@ async def run_level(cfg: LoadConfig, traces: Traces, concurrency: int, progress=
     async def worker() -> None:
         while not queue.empty():
             i, conversation = queue.get_nowait()
-            await play(cfg, traces, conversation, i, concurrency, budget, records, rng, t0, progress)
+            await play(cfg, traces, conversation, i, concurrency, budget, records, rng, t0, progress, leaks)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return records, time.perf_counter() - t0

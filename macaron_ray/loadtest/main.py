@@ -8,6 +8,7 @@ from pathlib import Path
 
 from macaron_ray.loadtest.client import LoadConfig, run_level
 from macaron_ray.loadtest.hops import REPORT_TABLE_1, HopScraper, hop_table
+from macaron_ray.loadtest.leaks import LeakScan
 from macaron_ray.loadtest.report import records_json, summarize, user_hop_mean
 from macaron_ray.loadtest.traces import Traces, load_traces
 
@@ -17,14 +18,15 @@ def run(cfg: LoadConfig, levels: tuple[int, ...], out: Path, plots_dir: Path | N
     """Each level plays `cfg.conversations` conversations within `cfg`'s budget, one level after another.
     `metrics_urls`: the deployment's Prometheus endpoints, for the summary hop (see `hops`)."""
     traces = traces or load_traces()
-    report: dict = {"config": {k: v for k, v in vars(cfg).items() if k != "api_key"}, "levels": []}
+    report: dict = {"config": {k: v for k, v in vars(cfg).items() if k not in ("api_key", "private")}, "levels": []}
+    leaks = LeakScan(cfg.private)
     scraper = HopScraper(metrics_urls) if metrics_urls else None
     all_records = []
     for level in levels:
         before = scraper.read() if scraper else None
         bar = _progress(cfg.max_requests, f"{cfg.surface} x{level}") if progress else None
         try:
-            records, wall_s = asyncio.run(run_level(cfg, traces, level, bar))
+            records, wall_s = asyncio.run(run_level(cfg, traces, level, bar, leaks))
         finally:
             if bar is not None:
                 bar.close()
@@ -36,6 +38,7 @@ def run(cfg: LoadConfig, levels: tuple[int, ...], out: Path, plots_dir: Path | N
             "summary_hops": int(summary.count) if summary else None})
         all_records += records
     report["records"] = records_json(all_records)
+    report["leaks"] = sorted(leaks.found)  # private names or stack-trace marks received: must be []
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     if plots_dir is not None:
@@ -69,6 +72,7 @@ def format_report(report: dict) -> str:
                      f"{(f'{share:.1%}' if share is not None else '-'):>8}")
     for lv in report["levels"]:
         lines.append(f"  x{lv['concurrency']} {format_hop_table(lv['hop_table'])}")
+    lines.append(f"  leaks (private names or stack traces received): {len(report.get('leaks', []))}")
     lines.append("  report Table 1: " + "; ".join(
         f"{name} route {t['route_s']:.2f} s, summary {t['summary_s']:.2f} s, share {t['share']:.0%}"
         for name, t in REPORT_TABLE_1.items()))

@@ -53,7 +53,7 @@ def test_clients_retry_refused_turns_and_every_stored_turn_was_delivered(tmp_pat
     assert {c.surface for c in load.clients} == {"chat", "messages"}
     delivered = set().union(*(c.delivered for c in load.clients))
     assert summary["delivered"] >= len(delivered) > 8  # a restarted trace repeats its keys
-    assert load.leaks == []
+    assert load.scan.found == set()
     after = stored(tmp_path / "s.db")
     result = chaos.check(after, after, delivered)
     assert result["undelivered"] == 0 and result["lost"] == 0  # every stored turn was delivered
@@ -71,7 +71,7 @@ def test_disconnecting_clients_roll_their_turns_back(tmp_path):
     attempts = [a for c in load.clients for a in c.attempts]
     assert attempts and {a.outcome for a in attempts if a.ended} == {"disconnected"}
     # This fake engine names the adapter in its first delta: the clients' leak scan sees it.
-    assert set(load.leaks) <= set(SECRET_ADAPTERS.values()) and load.leaks
+    assert load.scan.found and load.scan.found <= set(SECRET_ADAPTERS.values())
     assert stored(tmp_path / "s.db") == {}
 
 

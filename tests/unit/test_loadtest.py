@@ -141,6 +141,41 @@ def test_the_timing_transport_reads_header_and_stream_comment_without_changing_t
     assert transport.seen["t1"] == {"route": 0.0015, "wait": 0.0, "ttft": 0.005, "total": 0.02}
 
 
+def test_the_leak_scan_finds_a_private_name_split_between_two_chunks_of_a_stream():
+    from macaron_ray.loadtest.leaks import LeakScan
+
+    scan = LeakScan(("mol-l2-coding",))
+    stream = scan.stream()
+    for piece in ('data: {"text": "from mol-l2', '-cod', 'ing"}\n'):
+        stream.feed(piece)
+    assert scan.found == {"mol-l2-coding"}
+    scan.scan('x-error: File "/srv/app.py"')
+    assert scan.found == {"mol-l2-coding", 'File "'}
+
+
+@pytest.mark.parametrize("surface", ["chat", "responses", "messages"])
+@pytest.mark.parametrize("leaky", [True, False])
+def test_a_run_scans_every_response_for_private_names(tmp_path, surface, leaky):
+    """The fake engine names the adapter it ran in its answers: its private id (a leak the scan must
+    find), or the specialist's public label (nothing to find)."""
+    from macaron_ray.loadtest.leaks import LeakScan
+    from tests.unit.api_server import SECRET_ADAPTERS
+
+    label = {v: k for k, v in SECRET_ADAPTERS.items()}
+    engine = FakeEngine(tag=(lambda a: a) if leaky else (lambda a: label[a]))
+    running = start_api(engine, WhitespaceTokenCounter(), tmp_path / "state.db")
+    try:
+        cfg = LoadConfig(url=running.base_url, surface=surface, model=PUBLIC_MODEL, conversations=2, max_requests=6,
+                         duration_s=60, private=tuple(SECRET_ADAPTERS.values()))
+        scan = LeakScan(cfg.private)
+        records, _ = asyncio.run(run_level(cfg, TOOL_TRACES, concurrency=2, leaks=scan))
+    finally:
+        running.stop()
+    assert records and all(r.ok for r in records)
+    assert scan.found <= set(SECRET_ADAPTERS.values())
+    assert bool(scan.found) == leaky
+
+
 @pytest.fixture
 def api(tmp_path):
     running = start_api(FakeEngine(), WhitespaceTokenCounter(), tmp_path / "state.db")
