@@ -103,7 +103,7 @@ def _transport_class(http):
         async def __aiter__(self) -> AsyncIterator[bytes]:
             async for chunk in self.inner:
                 if self.leaks is not None:
-                    self.leaks.feed(chunk.decode(errors="replace"))
+                    self.leaks.feed_bytes(chunk)
                 self.tail = (self.tail + chunk)[-4096:]
                 *lines, self.tail = self.tail.split(b"\n")
                 for line in lines:

@@ -4,6 +4,8 @@ body and streamed byte they receive with a `LeakScan`."""
 
 from __future__ import annotations
 
+import codecs
+
 LEAK_MARKERS = ("Traceback", 'File "', "site-packages", "macaron_ray")
 
 
@@ -35,6 +37,11 @@ class LeakScan:
 class StreamScan:
     def __init__(self, scan: LeakScan):
         self.scan, self.tail = scan, ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed_bytes(self, chunk: bytes) -> None:
+        """A chunk of a byte stream (a character split between chunks is decoded whole)."""
+        self.feed(self._decoder.decode(chunk))
 
     def feed(self, text: str) -> None:
         window = self.tail + text

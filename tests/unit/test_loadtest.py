@@ -149,6 +149,13 @@ def test_the_leak_scan_finds_a_private_name_split_between_two_chunks_of_a_stream
     for piece in ('data: {"text": "from mol-l2', '-cod', 'ing"}\n'):
         stream.feed(piece)
     assert scan.found == {"mol-l2-coding"}
+    raw = "données: mol-l2-coding".encode()
+    split = raw.index("é".encode()) + 1  # inside the two bytes of "é"
+    scan.found.clear()
+    stream = scan.stream()
+    stream.feed_bytes(raw[:split])
+    stream.feed_bytes(raw[split:])
+    assert scan.found == {"mol-l2-coding"} and stream.tail.endswith("mol-l2-coding"[-12:])
     scan.scan('x-error: File "/srv/app.py"')
     assert scan.found == {"mol-l2-coding", 'File "'}
 
