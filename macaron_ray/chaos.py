@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import random
@@ -105,13 +106,18 @@ class RedisProcess:
                 return
             except OSError:
                 if time.monotonic() > deadline:
+                    self.stop()
                     raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait(20)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(20)
             self.proc = None
 
     def turns(self, tenant: str) -> dict[str, dict]:
@@ -266,7 +272,7 @@ class Load:
             async with http.stream("POST", path, json=body, headers=headers) as resp:
                 attempt.status = resp.status_code
                 attempt.retry_after = resp.headers.get("retry-after")
-                self.scan.scan(json.dumps(dict(resp.headers)))
+                self.scan.scan("\n".join(f"{k}: {v}" for k, v in resp.headers.items()))
                 if resp.status_code != 200:
                     raw = await resp.aread()
                     self.scan.scan(raw.decode(errors="replace"))
@@ -277,14 +283,16 @@ class Load:
                 done = False
                 try:
                     async for line in resp.aiter_lines():
+                        self.scan.scan(line)
                         if not line.startswith("data: "):
                             continue
-                        self.scan.scan(line)
                         data = line[6:]
                         if data == "[DONE]":
                             done = True
                             break
                         event = json.loads(data)
+                        if not isinstance(event, dict):
+                            raise json.JSONDecodeError("an event that is not an object", data, 0)
                         if "error" in event:
                             attempt.outcome = "stream_error"
                             attempt.code, _ = _error_of(data.encode(), client.surface)
@@ -341,9 +349,12 @@ def _error_of(raw: bytes, surface: str) -> tuple[str | None, bool]:
 def check(before: dict[str, dict], after: dict[str, dict], delivered: set[str], pending: set[str] = frozenset()) -> dict:
     lost = sorted(k for k in before if k not in after)
     changed = sorted(k for k, meta in before.items() if k in after and _fixed(meta) != _fixed(after[k], meta))
-    undelivered = sorted(k for k in after if k not in delivered and k not in pending)
     return {"committed_before": len(before), "committed_after": len(after), "lost": len(lost),
-            "changed": len(changed), "undelivered": len(undelivered)}
+            "changed": len(changed), "undelivered": len(undelivered_keys(after, delivered, pending))}
+
+
+def undelivered_keys(after: dict[str, dict], delivered: set[str], pending: set[str] = frozenset()) -> set[str]:
+    return {k for k in after if k not in delivered and k not in pending}
 
 
 def _fixed(meta: dict, earlier: dict | None = None) -> tuple:
@@ -353,8 +364,10 @@ def _fixed(meta: dict, earlier: dict | None = None) -> tuple:
 
 
 def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dict:
-    started = [a for a in attempts if since <= a.started < until]
-    window = [a for a in started if a.outcome]  # ended: those still under way are counted apart
+    # Attempts that ended in the window (a stream open when the fault came counts for the fault);
+    # those still under way are counted apart.
+    window = [a for a in attempts if a.outcome and since <= a.ended < until]
+    under_way = [a for a in attempts if not a.outcome and a.started < until]
     failed = [a for a in window if a.outcome != "delivered"]
     kinds: dict[str, int] = {}
     for a in failed:
@@ -362,7 +375,7 @@ def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dic
     unclear = [a for a in failed if not a.clear and a.outcome != "disconnected"]
     return {"attempts": len(window), "delivered": sum(a.outcome == "delivered" for a in window),
             "failed": len(failed), "failed_by_kind": kinds, "retries": sum(a.number > 1 for a in window),
-            "under_way": len(started) - len(window),
+            "under_way": len(under_way),
             "unclear": len(unclear),
             "unclear_examples": [{k: v for k, v in asdict(a).items() if k in ("outcome", "status", "code", "surface")}
                                  for a in unclear[:5]]}
@@ -420,8 +433,10 @@ class Injector:
             self.redis.start()
         elif fault == "redis_down":
             self.redis.stop()
-            await asyncio.sleep(t.redis_down_s)
-            self.redis.start()
+            try:
+                await asyncio.sleep(t.redis_down_s)
+            finally:
+                self.redis.start()
         elif fault == "engine_stall":
             engine = self.engine("Decode:base")
             engine.send_signal(signal.SIGSTOP)
@@ -436,7 +451,8 @@ class Injector:
             raise ValueError(f"unknown fault {fault!r}")
 
 
-async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess, tenant: str) -> dict:
+async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess, tenant: str) -> tuple[dict, set[str]]:
+    """(the phase's report, the keys of the stored turns no client has delivered, so far)"""
     t = injector.timings
     phase_started = time.monotonic()
     await asyncio.sleep(t.quiet_s)
@@ -455,12 +471,13 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
         await asyncio.sleep(0.5)
     await asyncio.sleep(t.settle_s)
     after = await asyncio.to_thread(redis.turns, tenant)
-    return {"fault": fault, "injected_s": round(injected_s, 2), "leaks": sorted(load.scan.found),
+    delivered = set().union(*(c.delivered for c in load.clients))
+    pending = {c.pending for c in load.clients if c.pending}
+    return {"fault": fault, "injected_s": round(injected_s, 2),
             "recovery_s": None if recovered is None else round(recovered - t0, 2),
-            **check(before, after, set().union(*(c.delivered for c in load.clients)),
-                    {c.pending for c in load.clients if c.pending}),
+            **check(before, after, delivered, pending),
             **attempts_summary(attempts(), t0, time.monotonic()),
-            "phase_s": round(time.monotonic() - phase_started, 1)}
+            "phase_s": round(time.monotonic() - phase_started, 1)}, undelivered_keys(after, delivered, pending)
 
 
 KV_CHECK_PROMPT = ("Here is my week: Monday gym at 7, Tuesday dentist at 10, Wednesday call with Ana, Thursday "
@@ -469,6 +486,14 @@ KV_CHECK_TOKENS = 24
 KV_CHECK_PREFILL_WAIT_S = 8.0
 """From the request to the prefill engine's SIGKILL, while the decode engine is stopped: the route
 hop and the prefill take well under this on an idle machine; the decode has not pulled the KV yet."""
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 class Rig:
@@ -486,10 +511,24 @@ class Rig:
         self.tenant = tenant_id(API_KEY)
         self.deploy_s: float | None = None
         self.load: Load | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner = None
+        self._runner: concurrent.futures.Future | None = None
+        self._undelivered: set[str] = set()
+        self._leaks: set[str] = set()
+        """What earlier phases reported, so that each phase reports only what is new."""
 
     def __enter__(self) -> "Rig":
+        self._stack = contextlib.ExitStack()
+        try:
+            self._start(self._stack)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()  # in reverse: the load, the loop, Ray's driver, the cluster, Redis, the env
+
+    def _start(self, stack: contextlib.ExitStack) -> None:
         import threading
 
         import ray
@@ -498,47 +537,40 @@ class Rig:
         from macaron_ray.serve.args import load_profile
         from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
 
+        saved = {k: os.environ.get(k) for k in RAY_ENV}
         os.environ.update(RAY_ENV)
+        stack.callback(_restore_env, saved)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         redis_dir = self.log_dir / "chaos-redis"
         shutil.rmtree(redis_dir, ignore_errors=True)
         self.redis = RedisProcess(redis_dir)
         self.redis.start()
-        try:
-            config = chaos_config(self.profile, self.log_dir / "chaos.yaml", port=self.port, redis_url=self.redis.url)
-            self.args = load_profile(config)
-            self.cluster = LocalRayCluster(log_path=self.log_dir / "chaos-ray.log").__enter__()
-        except BaseException:
-            self.redis.stop()
-            raise
-        try:
-            started = time.monotonic()
-            self.cluster.serve_deploy(config)
-            self.wait_healthy()
-            self.deploy_s = round(time.monotonic() - started, 1)
-            ray.init(address=self.cluster.address, log_to_driver=False, logging_level="ERROR")
-            self.private = tuple(s.adapter_id for s in self.args.registry().specialists) + (str(self.args.base_source()),)
-            self._loop = asyncio.new_event_loop()
-            threading.Thread(target=self._loop.run_forever, name="chaos-loop", daemon=True).start()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
+        stack.callback(self.redis.stop)
+        config = chaos_config(self.profile, self.log_dir / "chaos.yaml", port=self.port, redis_url=self.redis.url)
+        self.args = load_profile(config)
+        self.cluster = stack.enter_context(LocalRayCluster(log_path=self.log_dir / "chaos-ray.log"))
+        started = time.monotonic()
+        self.cluster.serve_deploy(config)
+        self.wait_healthy()
+        self.deploy_s = round(time.monotonic() - started, 1)
+        ray.init(address=self.cluster.address, log_to_driver=False, logging_level="ERROR")
+        stack.callback(ray.shutdown)
+        self.private = tuple(s.adapter_id for s in self.args.registry().specialists) + (str(self.args.base_source()),)
+        self._loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self._loop.run_forever, name="chaos-loop", daemon=True)
+        thread.start()
+        stack.callback(self._close_loop, thread)
 
-    def __exit__(self, *exc) -> None:
-        import ray
+    def _close_loop(self, thread) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        thread.join(30)
+        if not thread.is_alive():
+            self._loop.close()
 
-        try:
-            if self._runner is not None:
-                self._loop.call_soon_threadsafe(self.load.stop)
-                self._runner.result(600)
-        finally:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-            ray.shutdown()
-            self.cluster.__exit__(*exc)
-            self.redis.stop()
+    def _stop_load(self) -> None:
+        self._loop.call_soon_threadsafe(self.load.stop)
+        self._runner.result(600)  # clients finish the attempt they are in
 
     @property
     def url(self) -> str:
@@ -548,22 +580,39 @@ class Rig:
         self.cluster.wait_running("macaron", self.args.deployment_names(), timeout_s=timeout_s)
 
     def _run(self, coro, timeout_s: float):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()  # a phase that overran must not go on under the next one
+            raise
+
+    def _load_alive(self) -> None:
+        if self._runner is not None and self._runner.done():
+            self._runner.result()  # raises what stopped the clients
+            raise RuntimeError("the load's clients stopped")
 
     def start_load(self) -> Load:
         if self.load is None:
             self.load = Load(self.url, self.args.public_model, self.conversations, self.max_tokens,
                              tenant=self.tenant, private=self.private)
             self._runner = asyncio.run_coroutine_threadsafe(self.load.run(), self._loop)
+            self._stack.callback(self._stop_load)
         return self.load
 
     def phase(self, fault: str) -> dict:
-        """One fault under the load, then the checks; returns once every deployment is healthy again."""
+        """One fault under the load, then the checks; returns once every deployment is healthy again.
+        Undelivered turns and leaks are those not reported by an earlier phase."""
         load = self.start_load()
         t = self.timings
         bound = t.quiet_s + t.redis_down_s + t.stall_s + t.disconnect_s + t.timeout_s + t.settle_s + 120
         injector = Injector(self.cluster, self.redis, load, t)
-        result = self._run(_phase(fault, injector, load, self.redis, self.tenant), bound)
+        result, undelivered = self._run(_phase(fault, injector, load, self.redis, self.tenant), bound)
+        self._load_alive()
+        result["undelivered"] = len(undelivered - self._undelivered)
+        result["leaks"] = sorted(load.scan.found - self._leaks)
+        self._undelivered |= undelivered
+        self._leaks |= load.scan.found
         started = time.monotonic()
         self.wait_healthy()
         result["healthy_again_s"] = round(time.monotonic() - started, 1)
@@ -573,8 +622,9 @@ class Rig:
         """The KV-transfer loss check, on an idle topology (before the load starts): one answer
         undisturbed, then the same request from another tenant (its own `cache_salt`: nothing of
         the first is reused) with the decode engine stopped until the prefill engine that computed
-        its KV has been killed. The decode engine then loads KV from a dead engine, which vLLM's
-        `kv_load_failure_policy: recompute` turns into a local prefill. Returns both answers."""
+        its KV has been killed. The decode engine can only pull that KV after the kill; vLLM's
+        `kv_load_failure_policy: recompute` turns a failed pull into a local prefill. Returns both
+        answers, and how often the decode engine logged that recovery."""
         if self.load is not None:
             raise RuntimeError("the KV-loss check runs before the load starts")
         injector = Injector(self.cluster, self.redis, timings=self.timings)
@@ -588,26 +638,39 @@ class Rig:
             return r.json()["choices"][0]["message"]["content"]
 
         undisturbed = ask("kv-check-undisturbed")
-        decode = injector.engine("Decode:base")
-        decode.send_signal(signal.SIGSTOP)
+        decode, prefill = injector.engine("Decode:base"), injector.engine("Prefill:base")
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                disturbed = pool.submit(ask, "kv-check-disturbed")
-                time.sleep(KV_CHECK_PREFILL_WAIT_S)
-                injector.engine("Prefill:base").send_signal(signal.SIGKILL)
-                decode.send_signal(signal.SIGCONT)
+                decode.send_signal(signal.SIGSTOP)
+                try:
+                    disturbed = pool.submit(ask, "kv-check-disturbed")
+                    time.sleep(KV_CHECK_PREFILL_WAIT_S)
+                    prefill.send_signal(signal.SIGKILL)
+                finally:
+                    decode.send_signal(signal.SIGCONT)
                 answer = disturbed.result(300)
         finally:
-            decode.send_signal(signal.SIGCONT)
-        self.wait_healthy()
+            self._wait_engine_replaced("Prefill:base", prefill.pid)
+            self.wait_healthy()
         return {"undisturbed": undisturbed, "disturbed": answer, "equal": undisturbed == answer,
                 "recomputed": self.decode_recovered_kv()}
+
+    def _wait_engine_replaced(self, deployment: str, pid: int, timeout_s: float = 300) -> None:
+        """Until `deployment` runs an engine other than `pid` (Serve notices a dead engine only at
+        its next health checks: until then it still reports the replica healthy)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            _, engines = deployment_processes(self.cluster.session_dir, deployment)
+            if any(e.pid != pid and e.is_running() for e in engines):
+                return
+            time.sleep(1.0)
+        raise TimeoutError(f"{deployment}'s engine was not replaced within {timeout_s:.0f} s")
 
     def decode_recovered_kv(self) -> int:
         """How many times the decode engine logged vLLM's "Recovered from KV load failure"."""
         logs = Path(self.cluster.session_dir) / "logs"
         return sum(path.read_text(errors="replace").count("Recovered from KV load failure")
-                   for path in logs.glob("worker-*.err"))
+                   for path in logs.glob("worker-*") if path.suffix in (".out", ".err"))
 
 
 def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversations: int = 16,
@@ -626,7 +689,7 @@ def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversat
     report["totals"] = {**attempts_summary(all_attempts, 0.0, float("inf")),
                         "lost": sum(f["lost"] for f in report["faults"]),
                         "changed": sum(f["changed"] for f in report["faults"]),
-                        "undelivered": max((f["undelivered"] for f in report["faults"]), default=0),
+                        "undelivered": sum(f["undelivered"] for f in report["faults"]),
                         "leaks": sorted(load.scan.found) if load else []}
     out.write_text(json.dumps(report, indent=2) + "\n")
     return report

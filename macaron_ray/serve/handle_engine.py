@@ -167,5 +167,6 @@ def engine_dead(exc: BaseException) -> bool:
         seen.add(id(exc))
         if any(t.__name__ == "EngineDeadError" for t in type(exc).__mro__):
             return True
-        exc = getattr(exc, "cause", None) or exc.__cause__
+        cause = getattr(exc, "cause", None)
+        exc = cause if isinstance(cause, BaseException) else exc.__cause__
     return False
