@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve test test-unit test-e2e bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
+.PHONY: install model serve test test-unit test-e2e test-fault bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -23,6 +23,10 @@ test-unit: install model
 
 test-e2e: install model
 	$(PY) -m pytest tests/e2e -p no:cacheprovider
+
+# The fault suite alone (about 8 minutes): the local topology under load, one fault at a time
+test-fault: install model
+	$(PY) -m pytest tests/fault -p no:cacheprovider
 
 bench-routing: install model
 	$(MACARON) bench routing
