@@ -339,6 +339,35 @@ def route_conversations(per_label: int, seed: int) -> list[Conversation]:
     return out
 
 
+PAST_TURN_RATE = 3
+"""One in three answer examples of L1 and L3 follows another specialist's turn (recipe 5). L2
+trained so lost one coding test of twelve on `macaron bench quality` and keeps recipe 4's data."""
+
+
+def with_past_turns(convs: list[Conversation], label: str, seed: int) -> list[Conversation]:
+    """One in `PAST_TURN_RATE` conversations (drawn) behind another specialist's turn, rendered as the
+    own-view renders it (the user message, then the turn's summary as a system note): the adapter
+    learns to answer the new request, not to restate the note (which recipe 4's L1 did once in
+    ten on `macaron bench quality`)."""
+    from macaron_ray.core.own_view import summary_note
+
+    others = {"L0": authored_chat, "L1": lambda: agent_conversations(60, seed + 2),
+              "L2": lambda: coding_conversations(60, seed + 2), "L3": lambda: ui_conversations(60, seed + 2)}
+    pool = [c for other, make in others.items() if other != label for c in make()]
+    rng = random.Random(f"{seed}:{label}:past")
+    # Drawn, not every n-th: the generators cycle their kinds by position (L3's forms are every third).
+    chosen = set(rng.sample(range(len(convs)), len(convs) // PAST_TURN_RATE))
+    out = []
+    for i, conv in enumerate(convs):
+        if i in chosen:
+            past = rng.choice(pool)
+            user = next(m for m in past.messages if m["role"] == "user")
+            conv = Conversation(messages=[dict(user), summary_note(past.summary), *conv.messages], tools=conv.tools,
+                                summary=conv.summary, distill=conv.distill)
+        out.append(conv)
+    return out
+
+
 def _turn_digest(conv: Conversation) -> tuple[str, str]:
     user = next(m["content"] for m in conv.messages if m["role"] == "user")
     last = conv.messages[-1]

@@ -18,7 +18,7 @@ from macaron_ray.paths import PACKAGE_DIR
 from macaron_ray.specialists.labels import LABELS
 
 BUILT_DIR = PACKAGE_DIR / "adapters" / "built"
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
 MAX_RANK = 16
 
 

@@ -62,11 +62,11 @@ def dataset(label: str, seed: int) -> list[Conversation]:
         return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
                 + answer_data.summary_conversations(384, seed))
     if label == "L1":
-        return answer_data.agent_conversations(240, seed)
+        return answer_data.with_past_turns(answer_data.agent_conversations(240, seed), label, seed)
     if label == "L2":
         return answer_data.coding_conversations(160, seed)
     if label == "L3":
-        return answer_data.ui_conversations(160, seed)
+        return answer_data.with_past_turns(answer_data.ui_conversations(160, seed), label, seed)
     raise ValueError(f"unknown label {label!r}")
 
 

@@ -60,3 +60,23 @@ def test_tool_calls_name_an_offered_tool():
                 assert call["function"]["name"] in offered
                 params = next(t for t in conv.tools if t["function"]["name"] == call["function"]["name"])
                 assert set(call["function"]["arguments"]) == set(params["function"]["parameters"]["properties"])
+
+
+def test_one_in_three_answer_examples_follows_another_specialists_turn_as_the_own_view_shows_it():
+    from macaron_ray.core.conversation import Message, Turn, TurnMeta
+    from macaron_ray.core.own_view import render_turn
+
+    plain = answer_data.ui_conversations(30, 0)
+    convs = answer_data.with_past_turns(plain, "L3", 0)
+    behind = [i for i, (c, p) in enumerate(zip(convs, plain)) if c != p]
+    assert len(behind) == 30 // answer_data.PAST_TURN_RATE
+    # forms and cards alike (the generator makes a form every third example)
+    assert {"<Form" in plain[i].messages[-1]["content"] for i in behind} == {True, False}
+    for i in behind:
+        conv, before = convs[i], plain[i]
+        user, note = conv.messages[:2]
+        assert conv.messages[2:] == before.messages and conv.tools == before.tools
+        summary = note["content"].split("Summary: ", 1)[1]
+        assert not summary.startswith("The UI assistant")  # another specialist's turn
+        past = Turn(key="k", user=Message(**user), rest=())
+        assert render_turn("L3", past, TurnMeta(label="L1", summary=summary)) == [user, note]
