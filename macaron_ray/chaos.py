@@ -32,6 +32,9 @@ the checks read the store (Redis) and the clients' records:
                   received: must be none
     unclear       failed attempts without a retryable error in the surface's envelope (503/429 +
                   Retry-After, or an error event in the stream): reported, with what they got
+    proxy_500     requests whose ingress replica was killed before their response began: Ray
+                  Serve's proxy answers them with a bare 500 (not the app's envelope, which the
+                  app cannot send once its process is gone); counted apart, 0 outside ingress_kill
     recovery_s    from the fault to the end of the first turn, begun after it, that was delivered
 
 The report (JSON, and a table) counts attempts, delivered turns, failures by kind,
@@ -168,7 +171,7 @@ class Attempt:
     started: float
     ended: float = 0.0
     outcome: str = ""
-    """delivered | refused (an HTTP error) | stream_error | transport | disconnected"""
+    """delivered | refused (an HTTP error) | stream_error | transport | disconnected | proxy_500"""
     status: int | None = None
     retry_after: str | None = None
     code: str | None = None
@@ -278,6 +281,12 @@ class Load:
                     self.scan.scan(raw.decode(errors="replace"))
                     attempt.outcome = "refused"
                     attempt.code, envelope = _error_of(raw, client.surface)
+                    if resp.status_code == 500 and not envelope:
+                        # The app answers every error in its envelope (the fuzz tier holds it to
+                        # that): a bare 500 is Ray Serve's proxy, for a request whose ingress
+                        # replica died before its response began.
+                        attempt.outcome, attempt.clear = "proxy_500", False
+                        return None
                     attempt.clear = envelope and resp.status_code in RETRYABLE and attempt.retry_after is not None
                     return None
                 done = False
@@ -372,11 +381,12 @@ def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dic
     kinds: dict[str, int] = {}
     for a in failed:
         kinds[a.outcome] = kinds.get(a.outcome, 0) + 1
-    unclear = [a for a in failed if not a.clear and a.outcome != "disconnected"]
+    unclear = [a for a in failed if not a.clear and a.outcome not in ("disconnected", "proxy_500")]
     return {"attempts": len(window), "delivered": sum(a.outcome == "delivered" for a in window),
             "failed": len(failed), "failed_by_kind": kinds, "retries": sum(a.number > 1 for a in window),
             "under_way": len(under_way),
             "unclear": len(unclear),
+            "proxy_500": sum(a.outcome == "proxy_500" for a in failed),
             "unclear_examples": [{k: v for k, v in asdict(a).items() if k in ("outcome", "status", "code", "surface")}
                                  for a in unclear[:5]]}
 
