@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -490,12 +491,15 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
             "phase_s": round(time.monotonic() - phase_started, 1)}, undelivered_keys(after, delivered, pending)
 
 
+APP_NAME = "macaron"
+"""The application's name in the profiles' Serve config."""
+
 KV_CHECK_PROMPT = ("Here is my week: Monday gym at 7, Tuesday dentist at 10, Wednesday call with Ana, Thursday "
                    "rest, Friday dinner with Tom at 8. Which day is the busiest, and why?")
 KV_CHECK_TOKENS = 24
-KV_CHECK_PREFILL_WAIT_S = 8.0
-"""From the request to the prefill engine's SIGKILL, while the decode engine is stopped: the route
-hop and the prefill take well under this on an idle machine; the decode has not pulled the KV yet."""
+KV_CHECK_WAIT_S = 60.0
+"""Bound on the KV-loss check's wait for the prefill engine to finish the disturbed turn's route hop
+and prefill (under a second each on an idle machine), well inside the first-token deadline."""
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -587,7 +591,7 @@ class Rig:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_healthy(self, timeout_s: float = 900) -> None:
-        self.cluster.wait_running("macaron", self.args.deployment_names(), timeout_s=timeout_s)
+        self.cluster.wait_running(APP_NAME, self.args.deployment_names(), timeout_s=timeout_s)
 
     def _run(self, coro, timeout_s: float):
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -639,22 +643,25 @@ class Rig:
             raise RuntimeError("the KV-loss check runs before the load starts")
         injector = Injector(self.cluster, self.redis, timings=self.timings)
 
-        def ask(key: str) -> str:
+        def ask(key: str, request_id: str) -> str:
             body = {"model": self.args.public_model, "temperature": 0, "max_tokens": KV_CHECK_TOKENS,
                     "messages": [{"role": "user", "content": KV_CHECK_PROMPT}]}
             r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=300,
-                           headers={"authorization": f"Bearer {key}"})
+                           headers={"authorization": f"Bearer {key}", "x-request-id": request_id})
             r.raise_for_status()
             return r.json()["choices"][0]["message"]["content"]
 
-        undisturbed = ask("kv-check-undisturbed")
+        undisturbed = ask("kv-check-undisturbed", f"kv-check-undisturbed-{os.getpid()}")
         decode, prefill = injector.engine("Decode:base"), injector.engine("Prefill:base")
+        request_id = f"kv-check-disturbed-{os.getpid()}-{time.time_ns()}"
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 decode.send_signal(signal.SIGSTOP)
                 try:
-                    disturbed = pool.submit(ask, "kv-check-disturbed")
-                    time.sleep(KV_CHECK_PREFILL_WAIT_S)
+                    disturbed = pool.submit(ask, "kv-check-disturbed", request_id)
+                    # The route hop, then the answer's prefill: both on the prefill engine. Killed
+                    # once the second is done, so the KV exists and only its transfer is lost.
+                    self._wait_calls("Prefill:base", request_id, 2, disturbed)
                     prefill.send_signal(signal.SIGKILL)
                 finally:
                     decode.send_signal(signal.SIGCONT)
@@ -664,6 +671,29 @@ class Rig:
             self.wait_healthy()
         return {"undisturbed": undisturbed, "disturbed": answer, "equal": undisturbed == answer,
                 "recomputed": self.decode_recovered_kv()}
+
+    def calls_done(self, deployment: str, request_id: str) -> int:
+        """Handle calls of request `request_id` that `deployment`'s replicas have finished, from
+        Serve's access log on the replicas' stderr ("macaron_Prefill:base <replica> <request id> --
+        CALL chat OK 12.3ms"): one line a call, written when its response is complete. Serve takes
+        the request id from the client's `X-Request-ID` header and keeps it on every handle call."""
+        logs = Path(self.cluster.session_dir) / "logs"
+        tag = f"{APP_NAME}_{deployment} "
+        return sum(1 for path in logs.glob("worker-*.err")
+                   for line in path.read_text(errors="replace").splitlines()
+                   if tag in line and f" {request_id} -- CALL " in line and " OK " in line)
+
+    def _wait_calls(self, deployment: str, request_id: str, count: int,
+                    request: concurrent.futures.Future) -> None:
+        """Until `deployment` has finished `count` calls of `request_id`; fails if `request` ends first."""
+        deadline = time.monotonic() + KV_CHECK_WAIT_S
+        while self.calls_done(deployment, request_id) < count:
+            if request.done():
+                request.result()  # raises what failed it
+                raise RuntimeError(f"the request ended before {deployment} finished {count} of its calls")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{deployment} did not finish {count} calls within {KV_CHECK_WAIT_S:.0f} s")
+            time.sleep(0.2)
 
     def _wait_engine_replaced(self, deployment: str, pid: int, timeout_s: float = 300) -> None:
         """Until `deployment` runs an engine other than `pid` (Serve notices a dead engine only at
