@@ -35,6 +35,10 @@ the checks read the store (Redis) and the clients' records:
     proxy_500     requests whose ingress replica was killed before their response began: Ray
                   Serve's proxy answers them with a bare 500 (not the app's envelope, which the
                   app cannot send once its process is gone); counted apart, 0 outside ingress_kill
+    stream_cut    streams whose ingress replica was killed after their response began: the proxy
+                  closes the connection without the chunked body's end, HTTP's way of saying the
+                  response is incomplete (no event can be sent for a dead process); counted apart,
+                  0 outside ingress_kill
     recovery_s    from the fault to the end of the first turn, begun after it, that was delivered
 
 The report (JSON, and a table) counts attempts, delivered turns, failures by kind,
@@ -172,7 +176,7 @@ class Attempt:
     started: float
     ended: float = 0.0
     outcome: str = ""
-    """delivered | refused (an HTTP error) | stream_error | transport | disconnected | proxy_500"""
+    """delivered | refused (an HTTP error) | stream_error | transport | disconnected | proxy_500 | stream_cut"""
     status: int | None = None
     retry_after: str | None = None
     code: str | None = None
@@ -322,6 +326,12 @@ class Load:
                 if not done:
                     attempt.outcome, attempt.clear = "transport", False  # the stream ended without its end
                     return None
+        except httpx.RemoteProtocolError as exc:
+            # After a 200: the connection closed mid-body, as Serve's proxy closes a stream whose
+            # ingress replica died. Before one: the server broke the protocol.
+            outcome = "stream_cut" if attempt.status == 200 else "transport"
+            attempt.outcome, attempt.clear, attempt.code = outcome, False, type(exc).__name__
+            return None
         except (httpx.TransportError, json.JSONDecodeError) as exc:
             attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
             return None
@@ -373,6 +383,10 @@ def _fixed(meta: dict, earlier: dict | None = None) -> tuple:
     return meta.get("label"), summary
 
 
+INGRESS_DEATH = ("proxy_500", "stream_cut")
+"""What a client can get when the ingress replica serving it dies: Ray Serve's proxy answers for it."""
+
+
 def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dict:
     # Attempts that ended in the window (a stream open when the fault came counts for the fault);
     # those still under way are counted apart.
@@ -382,12 +396,12 @@ def attempts_summary(attempts: list[Attempt], since: float, until: float) -> dic
     kinds: dict[str, int] = {}
     for a in failed:
         kinds[a.outcome] = kinds.get(a.outcome, 0) + 1
-    unclear = [a for a in failed if not a.clear and a.outcome not in ("disconnected", "proxy_500")]
+    unclear = [a for a in failed if not a.clear and a.outcome not in ("disconnected", *INGRESS_DEATH)]
     return {"attempts": len(window), "delivered": sum(a.outcome == "delivered" for a in window),
             "failed": len(failed), "failed_by_kind": kinds, "retries": sum(a.number > 1 for a in window),
             "under_way": len(under_way),
             "unclear": len(unclear),
-            "proxy_500": sum(a.outcome == "proxy_500" for a in failed),
+            **{kind: sum(a.outcome == kind for a in failed) for kind in INGRESS_DEATH},
             "unclear_examples": [{k: v for k, v in asdict(a).items() if k in ("outcome", "status", "code", "surface")}
                                  for a in unclear[:5]]}
 

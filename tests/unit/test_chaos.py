@@ -7,6 +7,8 @@ import asyncio
 import json
 import sqlite3
 
+import httpx
+
 from macaron_ray import chaos
 from macaron_ray.core.engine_client import EngineUnavailable
 from macaron_ray.store.base import tenant_id
@@ -147,3 +149,41 @@ def test_a_sqlite_file_locked_by_another_process_is_a_503_then_recovers(tmp_path
             assert conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 1  # committed once, after the lock
     finally:
         api.stop()
+
+
+async def _dying_ingress(reader, writer, *, began: bool):
+    """Serve's proxy as a client sees it when the ingress replica dies: before the response, a bare
+    500; after it began, a chunked stream closed without its last chunk."""
+    await reader.readuntil(b"\r\n\r\n")
+    if began:
+        event = b'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + f"{len(event):x}\r\n".encode() + event + b"\r\n")
+    else:
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\ncontent-length: 21\r\n\r\n"
+                     b"Internal Server Error")
+    await writer.drain()
+    writer.close()
+
+
+def test_an_ingress_replica_dying_is_counted_apart_from_unclear_failures():
+    async def attempt(began: bool) -> chaos.Attempt:
+        server = await asyncio.start_server(lambda r, w: _dying_ingress(r, w, began=began), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        load = chaos.Load(url, PUBLIC_MODEL, conversations=1, max_tokens=8)
+        client = load.clients[0]
+        record = chaos.Attempt(0, 0, 1, client.surface, 0.0)
+        async with server, httpx.AsyncClient(base_url=url) as http:
+            answer = await load._attempt(http, client, record, [{"role": "user", "content": "hi"}])
+        assert answer is None
+        record.ended = 1.0
+        return record
+
+    before, after = asyncio.run(attempt(began=False)), asyncio.run(attempt(began=True))
+    assert (before.outcome, before.status) == ("proxy_500", 500)
+    assert (after.outcome, after.status, after.code) == ("stream_cut", 200, "RemoteProtocolError")
+    summary = chaos.attempts_summary([before, after], 0.0, 2.0)
+    assert summary["unclear"] == 0 and summary["proxy_500"] == 1 and summary["stream_cut"] == 1
+    # A stream that ends cleanly without its end is the app's fault, not a dead process: unclear.
+    clean_end = chaos.Attempt(0, 0, 2, "chat", 0.0, ended=1.0, outcome="transport", status=200, clear=False)
+    assert chaos.attempts_summary([clean_end], 0.0, 2.0)["unclear"] == 1
