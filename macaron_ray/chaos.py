@@ -657,15 +657,15 @@ class Rig:
             raise RuntimeError("the KV-loss check runs before the load starts")
         injector = Injector(self.cluster, self.redis, timings=self.timings)
 
-        def ask(key: str, request_id: str) -> str:
+        def ask(key: str, request_id: str | None = None) -> str:
             body = {"model": self.args.public_model, "temperature": 0, "max_tokens": KV_CHECK_TOKENS,
                     "messages": [{"role": "user", "content": KV_CHECK_PROMPT}]}
-            r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=300,
-                           headers={"authorization": f"Bearer {key}", "x-request-id": request_id})
+            headers = {"authorization": f"Bearer {key}", **({"x-request-id": request_id} if request_id else {})}
+            r = httpx.post(f"{self.url}/v1/chat/completions", json=body, timeout=300, headers=headers)
             r.raise_for_status()
             return r.json()["choices"][0]["message"]["content"]
 
-        undisturbed = ask("kv-check-undisturbed", f"kv-check-undisturbed-{os.getpid()}")
+        undisturbed = ask("kv-check-undisturbed")
         decode, prefill = injector.engine("Decode:base"), injector.engine("Prefill:base")
         request_id = f"kv-check-disturbed-{os.getpid()}-{time.time_ns()}"
         try:
@@ -691,10 +691,8 @@ class Rig:
         Serve's access log on the replicas' stderr ("macaron_Prefill:base <replica> <request id> --
         CALL chat OK 12.3ms"): one line a call, written when its response is complete. Serve takes
         the request id from the client's `X-Request-ID` header and keeps it on every handle call."""
-        logs = Path(self.cluster.session_dir) / "logs"
         tag = f"{APP_NAME}_{deployment} "
-        return sum(1 for path in logs.glob("worker-*.err")
-                   for line in path.read_text(errors="replace").splitlines()
+        return sum(1 for line in self._worker_log(".err").splitlines()
                    if tag in line and f" {request_id} -- CALL " in line and " OK " in line)
 
     def _wait_calls(self, deployment: str, request_id: str, count: int,
@@ -722,9 +720,13 @@ class Rig:
 
     def decode_recovered_kv(self) -> int:
         """How many times the decode engine logged vLLM's "Recovered from KV load failure"."""
+        return self._worker_log(".out", ".err").count("Recovered from KV load failure")
+
+    def _worker_log(self, *suffixes: str) -> str:
+        """What this cluster's Ray workers (replicas, engines) wrote to their `suffixes` files."""
         logs = Path(self.cluster.session_dir) / "logs"
-        return sum(path.read_text(errors="replace").count("Recovered from KV load failure")
-                   for path in logs.glob("worker-*") if path.suffix in (".out", ".err"))
+        return "\n".join(path.read_text(errors="replace") for path in sorted(logs.glob("worker-*"))
+                         if path.suffix in suffixes)
 
 
 def run(profile: Path, out: Path, *, faults: tuple[str, ...] = FAULTS, conversations: int = 16,
