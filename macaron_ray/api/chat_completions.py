@@ -12,6 +12,7 @@ from starlette.requests import Request
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import openai_body
 from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, to_api_error
+from macaron_ray.api.timing import DONE_FRAME
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
 
@@ -187,4 +188,4 @@ async def _stream(s: Surfaces, cid: str, created: int, first: TurnEvent | None,
     except Exception as exc:  # noqa: BLE001 - after the stream started, errors go in-band
         yield f"data: {json.dumps(openai_body(to_api_error(exc)))}\n\n"
         return
-    yield "data: [DONE]\n\n"
+    yield DONE_FRAME

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from macaron_ray.api.errors import APIError, engine_unavailable, internal_error, store_unavailable
 from macaron_ray.api.gate import TENANT_STATE, Limits, authenticate
 from macaron_ray.api.keys import KeyRing
-from macaron_ray.api.timing import SPECIALIST_HEADER, server_timing, sse_comment
+from macaron_ray.api.timing import DONE_FRAME, SPECIALIST_HEADER, server_timing, sse_comment
 from macaron_ray.core.conversation import HistoryError
 from macaron_ray.core.engine_client import EngineError
 from macaron_ray.core.turn_runner import TurnEvent, TurnRequest, TurnRunner
@@ -123,13 +123,21 @@ class Surfaces:
 
     def stream(self, req: TurnRequest, first: TurnEvent | None, frames: AsyncIterator[str]) -> StreamingResponse:
         """A turn's SSE response: route timing in the header, the whole turn's timing in a closing
-        comment, and the stream counted in flight while it is open."""
+        comment, and the stream counted in flight while it is open.
+
+        The comment goes before Chat Completions' `data: [DONE]`: the openai SDK stops reading at
+        that sentinel and drains what follows for only 0.1 s, so a comment after it can be lost."""
         async def counted() -> AsyncIterator[str]:
             self.metrics.streams_in_flight.add(1, surface=req.surface)
+            timed = False
             try:
                 async for frame in frames:
+                    if frame == DONE_FRAME and not timed:
+                        timed = True
+                        yield sse_comment(first.timing if first is not None else None)
                     yield frame
-                yield sse_comment(first.timing if first is not None else None)
+                if not timed:
+                    yield sse_comment(first.timing if first is not None else None)
             finally:
                 self.metrics.streams_in_flight.add(-1, surface=req.surface)
 

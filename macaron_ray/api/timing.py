@@ -8,8 +8,9 @@
 
 `route` and `wait` are known before the first byte, so streams carry them in
 the header; the whole set goes in the header of a non-streaming response and
-in an SSE comment line at the end of a stream (`: server-timing ...`), which
-SSE parsers (the SDKs') skip and load tools can read. The specialist label is
+in an SSE comment line at the end of a stream (`: server-timing ...`; in Chat
+Completions just before `data: [DONE]`, where the openai SDK stops reading),
+which SSE parsers (the SDKs') skip and load tools can read. The specialist label is
 not in it: only a deployment with debug headers on sends `x-macaron-specialist`.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 from macaron_ray.core.turn_runner import HopTiming
 
 SPECIALIST_HEADER = "x-macaron-specialist"
+DONE_FRAME = "data: [DONE]\n\n"
+"""Chat Completions' last frame."""
 
 
 def server_timing(timing: HopTiming | None, *, whole: bool) -> str:
