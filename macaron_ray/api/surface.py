@@ -127,17 +127,20 @@ class Surfaces:
 
         The comment goes before Chat Completions' `data: [DONE]`: the openai SDK stops reading at
         that sentinel and drains what follows for only 0.1 s, so a comment after it can be lost."""
+        def closing() -> str:  # read when sent: the runner fills the timing in as the turn goes
+            return sse_comment(first.timing if first is not None else None)
+
         async def counted() -> AsyncIterator[str]:
             self.metrics.streams_in_flight.add(1, surface=req.surface)
             timed = False
             try:
                 async for frame in frames:
-                    if frame == DONE_FRAME and not timed:
+                    if frame == DONE_FRAME:
                         timed = True
-                        yield sse_comment(first.timing if first is not None else None)
+                        yield closing()
                     yield frame
                 if not timed:
-                    yield sse_comment(first.timing if first is not None else None)
+                    yield closing()
             finally:
                 self.metrics.streams_in_flight.add(-1, surface=req.surface)
 
