@@ -60,7 +60,7 @@ def dataset(label: str, seed: int) -> list[Conversation]:
     """The training conversations of one adapter."""
     if label == "L0":
         return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
-                + answer_data.summary_conversations(384, seed))
+                + answer_data.chat_after_notes() + answer_data.summary_conversations(384, seed))
     if label == "L1":
         return answer_data.with_past_turns(answer_data.agent_conversations(240, seed), label, seed)
     if label == "L2":
