@@ -298,6 +298,84 @@ _CHAT: list[tuple[str, str, str]] = [  # (question, answer, summary of the turn)
 ]
 
 
+_CHAT_AFTER_NOTE: list[tuple[str, str, str, str]] = [
+    # (another specialist's turn: its user message and its summary, then the chat question and answer)
+    ("Book a train to Lyon on May 2.", "The personal agent booked a train to Lyon on May 2 (book_train).",
+     "What is Lyon known for?",
+     "Lyon is known for its food: it is often called France's capital of gastronomy, with its bouchons and markets."),
+    ("Remind me to water the plants on Sunday.", "The personal agent set a reminder on Sunday to water the plants (set_reminder).",
+     "Why do plants need water?",
+     "Plants use water to carry nutrients from the soil, to keep their cells firm, and in photosynthesis to make sugar."),
+    ("Order coffee beans and oat milk for Monday.", "The personal agent ordered coffee beans and oat milk for Monday (order_groceries).",
+     "Is coffee bad for sleep?",
+     "It can be: caffeine stays in the body for hours, so a cup in the late afternoon can make it harder to fall asleep."),
+    ("Text Priya that the meeting moved to 3pm.", "The personal agent texted Priya that the meeting moved to 3pm (send_message).",
+     "Nice. What have you been up to?",
+     "Just chatting with people and learning new things. What about you, anything fun planned this week?"),
+    ("Book a table for 2 at Sakura Sushi at 8pm.", "The personal agent booked a table for 2 at Sakura Sushi at 8pm (book_table).",
+     "Tell me a fun fact about sushi.",
+     "Sushi began as a way to preserve fish in fermented rice; the rice was thrown away and only the fish was eaten."),
+    ("Book me a flight to Lisbon on July 8.", "The personal agent booked a flight to Lisbon on July 8 (book_flight).",
+     "Why do planes fly so high?",
+     "Higher up the air is thinner, so there is less drag: planes burn less fuel and fly above most of the weather."),
+    ("Write a Python function that sorts a list of names.", "The coding assistant showed a Python function that sorts a list of names.",
+     "Thanks! Do you have any hobbies?",
+     "I enjoy a good conversation, a clever puzzle and learning odd facts. What about you, what do you like to do?"),
+    ("How do I parse JSON in JavaScript?", "The coding assistant showed JavaScript code that parses JSON with JSON.parse.",
+     "What does JSON stand for?",
+     "JSON stands for JavaScript Object Notation, a simple text format for data that most languages can read."),
+    ("Write a bash loop that renames all .txt files.", "The coding assistant showed a bash loop that renames the .txt files.",
+     "Tell me a joke.",
+     "Why did the scarecrow win an award? Because he was outstanding in his field!"),
+    ("Build a weather card for Oslo.", "The UI assistant built a weather card for Oslo with the temperature and a forecast.",
+     "Why is Norway so cold?",
+     "Norway lies far to the north, so the sun is low for much of the year; the Gulf Stream keeps its coast milder than you might expect."),
+    ("Make a to-do list widget with checkboxes.", "The UI assistant built a to-do list widget with checkboxes.",
+     "Any tips for staying productive?",
+     "Pick the three things that matter most today, work on one at a time, and take a short break every hour."),
+    ("Show a pie chart of my monthly spending.", "The UI assistant built a pie chart card of the user's monthly spending.",
+     "How can I save more money?",
+     "Set aside a fixed amount as soon as you are paid, cut one subscription you rarely use, and plan meals for the week."),
+    ("Reserva una mesa para 3 en Casa Lucio a las 21:00.", "The personal agent booked a table for 3 at Casa Lucio at 21:00 (book_table).",
+     "¿Qué es la paella?",
+     "La paella es un plato de arroz de Valencia, cocinado en una sartén ancha con azafrán, verduras y carne o marisco."),
+    ("Rappelle-moi d'appeler le dentiste jeudi.", "The personal agent set a reminder on Thursday to call the dentist (set_reminder).",
+     "Pourquoi faut-il se brosser les dents ?",
+     "Se brosser les dents enlève la plaque, qui abîme l'émail et les gencives, et évite les caries."),
+    ("Schreib eine Python-Funktion, die Primzahlen prüft.", "The coding assistant showed a Python function that checks for prime numbers.",
+     "Was ist eine Primzahl eigentlich?",
+     "Eine Primzahl ist eine natürliche Zahl größer als 1, die nur durch 1 und sich selbst teilbar ist, wie 2, 3, 5 und 7."),
+    ("Marca um voo para o Rio no dia 14 de agosto.", "The personal agent booked a flight to Rio on August 14 (book_flight).",
+     "O que posso visitar no Rio?",
+     "No Rio você pode subir ao Cristo Redentor e ao Pão de Açúcar, e passear pelas praias de Copacabana e Ipanema."),
+    ("Manda un messaggio a Luca: arrivo alle 7.", "The personal agent texted Luca that the user arrives at 7 (send_message).",
+     "Come stai oggi?",
+     "Sto bene, grazie! E tu, come va la giornata?"),
+    ("帮我做一个显示步数的卡片。", "The UI assistant built a card that shows the user's step count.",
+     "每天走多少步比较健康？",
+     "很多研究建议每天走七千到一万步左右，但最重要的是经常活动，循序渐进。"),
+    ("明日の9時に会議のリマインダーを設定して。", "The personal agent set a reminder for the meeting tomorrow at 9:00 (set_reminder).",
+     "会議を短くするコツは？",
+     "目的と議題を先に決めて、終わる時間を決めておき、最後に次の行動を確認するとよいです。"),
+    ("Order a birthday cake for Saturday.", "The personal agent ordered a birthday cake for Saturday (order_groceries).",
+     "Why do we put candles on birthday cakes?",
+     "The custom is old: one story traces it to ancient Greeks who put candles on cakes to make them glow like the moon."),
+]
+"""L0 chat behind another specialist's turn, written so that the answer is about the new question and
+never restates the note, even when the question touches the note's topic (recipe 6's L0 restated a
+reminder's note when asked a fun fact on its topic, once on `macaron bench quality`)."""
+
+CHAT_AFTER_NOTE_WEIGHT = 2
+
+
+def chat_after_notes() -> list[Conversation]:
+    from macaron_ray.core.own_view import summary_note
+
+    return [Conversation(messages=[{"role": "user", "content": past}, summary_note(summary),
+                                   {"role": "user", "content": q}, {"role": "assistant", "content": a}])
+            for past, summary, q, a in _CHAT_AFTER_NOTE] * CHAT_AFTER_NOTE_WEIGHT
+
+
 def authored_chat() -> list[Conversation]:
     return [Conversation(summary=summary, messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
             for q, a, summary in _CHAT]
@@ -375,13 +453,68 @@ def _turn_digest(conv: Conversation) -> tuple[str, str]:
     return user, answer_digest(last.get("content"), calls)
 
 
+_FACT_CHAT: list[tuple[str, str, str]] = [  # (question, answer with facts, a summary that keeps them)
+    ("Who was Ada Lovelace?",
+     "Ada Lovelace was an English mathematician who, in 1843, published notes on Charles Babbage's Analytical Engine that include what is often called the first computer program.",
+     "The user asked who Ada Lovelace was; the assistant said she was an English mathematician whose 1843 notes on Charles Babbage's Analytical Engine include the first computer program."),
+    ("When did people first land on the Moon?",
+     "Apollo 11 landed on the Moon on July 20, 1969, and Neil Armstrong and Buzz Aldrin walked on its surface.",
+     "The user asked when people first landed on the Moon; the assistant said Apollo 11 landed on July 20, 1969, with Neil Armstrong and Buzz Aldrin."),
+    ("How tall is Mount Everest?",
+     "Mount Everest is about 8,849 metres tall, the highest mountain above sea level, on the border of Nepal and China.",
+     "The user asked how tall Mount Everest is; the assistant said about 8,849 metres, on the border of Nepal and China."),
+    ("Who wrote Don Quixote?",
+     "Miguel de Cervantes wrote Don Quixote: the first part came out in 1605 and the second in 1615.",
+     "The user asked who wrote Don Quixote; the assistant said Miguel de Cervantes, in two parts published in 1605 and 1615."),
+    ("Who was Nelson Mandela?",
+     "Nelson Mandela led the struggle against apartheid in South Africa, spent 27 years in prison, shared the Nobel Peace Prize in 1993 and became president in 1994.",
+     "The user asked who Nelson Mandela was; the assistant said he fought apartheid, spent 27 years in prison, shared the 1993 Nobel Peace Prize and became South Africa's president in 1994."),
+    ("How many bones does a person have?",
+     "An adult has 206 bones; a newborn has about 270, and some of them fuse as the child grows.",
+     "The user asked how many bones a person has; the assistant said 206 in an adult and about 270 in a newborn."),
+    ("What did Alexander Fleming discover?",
+     "Alexander Fleming discovered penicillin in 1928, and shared the Nobel Prize in Medicine in 1945 with Howard Florey and Ernst Chain.",
+     "The user asked what Alexander Fleming discovered; the assistant said penicillin, in 1928, and that he shared the 1945 Nobel Prize in Medicine with Howard Florey and Ernst Chain."),
+    ("¿Quién fue Frida Kahlo?",
+     "Frida Kahlo fue una pintora mexicana, nacida en 1907 en Coyoacán, conocida por sus autorretratos.",
+     "The user asked (in Spanish) who Frida Kahlo was; the assistant said she was a Mexican painter born in 1907 in Coyoacán, known for her self-portraits."),
+    ("Quand a-t-on construit la tour Eiffel ?",
+     "La tour Eiffel a été construite par l'entreprise de Gustave Eiffel pour l'Exposition universelle de 1889 à Paris ; elle mesure environ 330 mètres.",
+     "The user asked (in French) when the Eiffel Tower was built; the assistant said Gustave Eiffel's company built it for the 1889 World's Fair in Paris, about 330 metres tall."),
+    ("Wer war Johann Sebastian Bach?",
+     "Johann Sebastian Bach war ein deutscher Komponist des Barock, 1685 in Eisenach geboren; er schrieb unter anderem die Brandenburgischen Konzerte.",
+     "The user asked (in German) who Johann Sebastian Bach was; the assistant said he was a German Baroque composer born in 1685 in Eisenach who wrote the Brandenburg Concertos."),
+    ("Quem foi Pedro Álvares Cabral?",
+     "Pedro Álvares Cabral foi o navegador português que chegou ao Brasil em 22 de abril de 1500.",
+     "The user asked (in Portuguese) who Pedro Álvares Cabral was; the assistant said he was the Portuguese navigator who reached Brazil on April 22, 1500."),
+    ("Chi ha dipinto la volta della Cappella Sistina?",
+     "Michelangelo dipinse la volta della Cappella Sistina tra il 1508 e il 1512, su incarico di papa Giulio II.",
+     "The user asked (in Italian) who painted the Sistine Chapel ceiling; the assistant said Michelangelo, from 1508 to 1512, for Pope Julius II."),
+]
+"""Chat turns dense with names, dates and numbers, only for L0's summaries: a summary of a chat
+answer keeps its facts (recipe 10's L0 summarized "Who was Marie Curie?" without her Nobel Prizes or
+their years; the other authored chat summaries are short and mostly abstract)."""
+
+
+def fact_chat() -> list[Conversation]:
+    return [Conversation(summary=summary, messages=[{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+            for q, a, summary in _FACT_CHAT]
+
+
+CHAT_SUMMARY_WEIGHT = 3
+"""L0's own (chat) turns are 16 of the summary pool's 1,168, so about 5 of its 384 draws: each authored
+chat turn is added this many times besides (recipe 9's L0 summarized "Who was Marie Curie?" without
+her prizes or their years)."""
+
+
 def summary_conversations(n: int, seed: int) -> list[Conversation]:
-    """L0 summaries of other specialists' turns, in the summary hop's own format."""
+    """L0 summaries of other specialists' turns, in the summary hop's own format, and of its own chat
+    turns."""
     rng = random.Random(f"{seed}:L0sum")
     pool = (agent_conversations(n, seed + 1) + coding_conversations(n, seed + 1) + ui_conversations(n, seed + 1)
             + authored_chat())
     out = []
-    for conv in rng.sample(pool, n):
+    for conv in rng.sample(pool, n) + (authored_chat() + fact_chat()) * CHAT_SUMMARY_WEIGHT:
         user, did = _turn_digest(conv)
         out.append(Conversation(messages=[*summary_messages(user, did),
                                           {"role": "assistant", "content": conv.summary}]))

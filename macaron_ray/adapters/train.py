@@ -52,6 +52,10 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+ROUTE_EXAMPLES_PER_LABEL = 600
+"""Generator requests per label in L0's routing data (recipe 14; 400 before): more draws of the
+training frames, slot values and wrappers."""
+
 CHAT_EXAMPLES = 10_000
 """L0's chat examples: all of them (authored and distilled)."""
 
@@ -59,8 +63,9 @@ CHAT_EXAMPLES = 10_000
 def dataset(label: str, seed: int) -> list[Conversation]:
     """The training conversations of one adapter."""
     if label == "L0":
-        return (answer_data.route_conversations(400, seed) + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
-                + answer_data.summary_conversations(384, seed))
+        return (answer_data.route_conversations(ROUTE_EXAMPLES_PER_LABEL, seed)
+                + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
+                + answer_data.chat_after_notes() + answer_data.summary_conversations(384, seed))
     if label == "L1":
         return answer_data.with_past_turns(answer_data.agent_conversations(240, seed), label, seed)
     if label == "L2":

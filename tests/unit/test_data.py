@@ -80,3 +80,38 @@ def test_one_in_three_answer_examples_follows_another_specialists_turn_as_the_ow
         assert not summary.startswith("The UI assistant")  # another specialist's turn
         past = Turn(key="k", user=Message(**user), rest=())
         assert render_turn("L3", past, TurnMeta(label="L1", summary=summary)) == [user, note]
+
+
+def test_l0_chat_behind_a_note_answers_the_question_and_is_not_a_held_out_quality_prompt():
+    from macaron_ray.bench import quality
+    from macaron_ray.bench.quality import parrots
+    from macaron_ray.core.conversation import Message, Turn, TurnMeta
+    from macaron_ray.core.own_view import render_turn
+
+    convs = answer_data.chat_after_notes()
+    assert convs and all(c in dataset("L0", 0) for c in convs)
+    items = quality.load()["summaries"]
+    held_out = {i["next"]["ask"] for i in items} | {i["user"] for i in items}
+    for conv in convs:
+        user, note, ask, answer = conv.messages
+        summary = note["content"].split("Summary: ", 1)[1]
+        past = Turn(key="k", user=Message(**user), rest=())
+        assert render_turn("L0", past, TurnMeta(label="L1", summary=summary)) == [user, note]
+        assert not parrots(answer["content"], summary), answer
+        assert ask["content"] not in held_out and user["content"] not in held_out
+
+
+def test_l0_summaries_of_fact_dense_chat_keep_every_number_and_are_no_held_out_prompt():
+    import re
+
+    from macaron_ray.bench import quality
+
+    convs = answer_data.fact_chat()
+    summaries = answer_data.summary_conversations(384, 0)
+    asked = {i["user"] for i in quality.load()["summaries"]} | {i["ask"] for i in quality.load()["chat"]}
+    for conv in convs:
+        (user, answer) = conv.messages
+        assert user["content"] not in asked
+        numbers = re.findall(r"\d+(?:,\d+)*", answer["content"])
+        assert numbers and all(n in conv.summary for n in numbers), conv.summary
+        assert sum(s.messages[-1]["content"] == conv.summary for s in summaries) == answer_data.CHAT_SUMMARY_WEIGHT

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from macaron_ray.adapters.routing_data import generate
 from macaron_ray.adapters.routing_sets import LANGUAGES, authored, field_set, followups
+from macaron_ray.adapters.train import ROUTE_EXAMPLES_PER_LABEL
 from macaron_ray.specialists.labels import LABELS
 
 
@@ -21,7 +22,7 @@ def test_no_training_text_repeats_a_field_request():
     field = {_norm(r.text) for r in field_set()}
     training = [*authored("train"), *followups("train")]
     texts = {_norm(r.text) for r in training} | {_norm(r.context.text) for r in training if r.context}
-    texts |= {_norm(e.text) for e in generate("train", 400, 0)}
+    texts |= {_norm(e.text) for e in generate("train", ROUTE_EXAMPLES_PER_LABEL, 0)}
     assert not field & texts
     assert not field & {_norm(r.text) for r in authored("heldout")}
 
