@@ -395,6 +395,10 @@ def chat_conversations(n: int, seed: int) -> list[Conversation]:
     return [pool[i] for i in rng.sample(range(len(pool)), min(n, len(pool)))]
 
 
+TRAIN_SWITCHES_PER_CONTEXT = 12
+"""Real switches after each training context (recipe 18; 8 before, as the held-out set has): half of
+recipe 17's follow-up errors were new requests routed to the previous turn's specialist."""
+
 AUTHORED_ROUTE_WEIGHT = 2
 """Each authored training request is seen this many times an epoch: they are few beside the
 generator's, and they are the ones written as people write."""
@@ -409,7 +413,7 @@ def route_conversations(per_label: int, seed: int) -> list[Conversation]:
 
     requests = [(ex.text, ex.label, None) for ex in generate_routes("train", per_label, seed)]
     requests += [(r.text, r.label, None) for r in authored("train")] * AUTHORED_ROUTE_WEIGHT
-    requests += [(r.text, r.label, r.context) for r in followups("train", seed)]
+    requests += [(r.text, r.label, r.context) for r in followups("train", seed, TRAIN_SWITCHES_PER_CONTEXT)]
     out = []
     for text, label, context in requests:
         prompt = [m for m in route_messages(text, context=context) if m["role"] != "assistant"]
