@@ -395,6 +395,19 @@ def chat_conversations(n: int, seed: int) -> list[Conversation]:
     return [pool[i] for i in rng.sample(range(len(pool)), min(n, len(pool)))]
 
 
+TRAIN_SWITCHES_PER_CONTEXT = 12
+"""Real switches after each training context (recipe 18; 8 before, as the held-out set has): half of
+recipe 17's follow-up errors were new requests routed to the previous turn's specialist."""
+
+STAY_ROUTE_WEIGHT = 2
+"""Each training follow-up that stays is seen this many times an epoch (recipe 19): they are the
+only examples where the previous turn decides the label."""
+
+SWITCH_RATE = 4
+"""One in four generator requests of L0's routing data comes after a drawn training context of
+another label (recipe 19): recipes 17 and 18 sent new requests in held-out wrappers to the previous
+turn's specialist, and their switches came from 40 requests per label only."""
+
 AUTHORED_ROUTE_WEIGHT = 2
 """Each authored training request is seen this many times an epoch: they are few beside the
 generator's, and they are the ones written as people write."""
@@ -404,12 +417,21 @@ def route_conversations(per_label: int, seed: int) -> list[Conversation]:
     """L0 routing, prompted as the route hop prompts it (`route_hop.route_messages`, context block
     included): training-split requests of the generator and the authored set, and follow-ups after
     a previous turn (that turn's specialist, or a real switch) -> the label."""
-    from macaron_ray.adapters.routing_sets import authored, followups
+    from macaron_ray.adapters.routing_sets import authored, contexts, followups
     from macaron_ray.core.route_hop import route_messages
 
-    requests = [(ex.text, ex.label, None) for ex in generate_routes("train", per_label, seed)]
+    rng = random.Random(f"{seed}:route-switches")
+    previous = contexts("train")
+    requests = []
+    for i, ex in enumerate(generate_routes("train", per_label, seed)):
+        context = None
+        if i % SWITCH_RATE == 0:
+            context = rng.choice([c for c in previous if c.label != ex.label])
+        requests.append((ex.text, ex.label, context))
     requests += [(r.text, r.label, None) for r in authored("train")] * AUTHORED_ROUTE_WEIGHT
-    requests += [(r.text, r.label, r.context) for r in followups("train", seed)]
+    for r in followups("train", seed, TRAIN_SWITCHES_PER_CONTEXT):
+        stays = r.label == r.context.label
+        requests += [(r.text, r.label, r.context)] * (STAY_ROUTE_WEIGHT if stays else 1)
     out = []
     for text, label, context in requests:
         prompt = [m for m in route_messages(text, context=context) if m["role"] != "assistant"]

@@ -83,23 +83,27 @@ def _positional(rows: list[list[str]], kind: str, split: Split) -> list[tuple[st
     return out
 
 
-def followups(split: Split, seed: int = 0) -> list[LabeledRequest]:
+def contexts(split: Split) -> list[RouteContext]:
+    """The previous turns of `split` that follow-ups come after."""
+    return [RouteContext(label=label, text=text)
+            for label, _, text in _positional(_rows("routing_followups.tsv"), "CONTEXT", split)]
+
+
+def followups(split: Split, seed: int = 0, switches: int = SWITCHES_PER_CONTEXT) -> list[LabeledRequest]:
     """Every context of `split` with every follow-up of its label that stays (answer: that label),
-    and with `SWITCHES_PER_CONTEXT` fresh requests of other labels from the same split of the
-    generator and the authored set (answer: the request's own label)."""
-    rows = _rows("routing_followups.tsv")
-    contexts = _positional(rows, "CONTEXT", split)
-    stays = _positional(rows, "STAY", split)
+    and with `switches` fresh requests of other labels from the same split of the generator and
+    the authored set (answer: the request's own label)."""
+    stays = _positional(_rows("routing_followups.tsv"), "STAY", split)
     rng = random.Random(f"{seed}:followups:{split}")
     fresh = [*authored(split), *(LabeledRequest(e.text, e.label, e.lang, "generator")
                                  for e in generate(split, 40, seed))]
     out = []
-    for label, lang, text in contexts:
-        context = RouteContext(label=label, text=text)
+    for context in contexts(split):
+        label = context.label
         out += [LabeledRequest(text=stay, label=label, lang=stay_lang, source="follow-up", context=context)
                 for stay_label, stay_lang, stay in stays if stay_label == label]
         others = [r for r in fresh if r.label != label]
-        for request in rng.sample(others, SWITCHES_PER_CONTEXT):
+        for request in rng.sample(others, switches):
             out.append(LabeledRequest(text=request.text, label=request.label, lang=request.lang,
                                       source="follow-up", context=context))
     return out

@@ -115,3 +115,25 @@ def test_l0_summaries_of_fact_dense_chat_keep_every_number_and_are_no_held_out_p
         numbers = re.findall(r"\d+(?:,\d+)*", answer["content"])
         assert numbers and all(n in conv.summary for n in numbers), conv.summary
         assert sum(s.messages[-1]["content"] == conv.summary for s in summaries) == answer_data.CHAT_SUMMARY_WEIGHT
+
+
+def test_l0_routing_data_has_switches_from_the_whole_generator_and_stays_weighted():
+    from macaron_ray.adapters.routing_sets import contexts, followups
+    from macaron_ray.core.route_hop import NEW_MESSAGE
+
+    convs = answer_data.route_conversations(40, 0)
+    prompts = [(c.messages[1]["content"], c.messages[-1]["content"]) for c in convs]
+    train_contexts = {c.block(): c.label for c in contexts("train")}
+    assert train_contexts and set(train_contexts.values()) == set(LABELS)
+    assert not {c.block() for c in contexts("heldout")} & set(train_contexts)
+    routed = Counter()
+    for content, label in prompts:
+        block = content.split(NEW_MESSAGE, 1)[0] if NEW_MESSAGE in content else None
+        assert block is None or block in train_contexts  # only training contexts
+        routed[("stay" if block and train_contexts[block] == label else "switch" if block else "alone")] += 1
+    generated = 4 * 40
+    stays = [r for r in followups("train", 0) if r.label == r.context.label]
+    assert routed["stay"] == answer_data.STAY_ROUTE_WEIGHT * len(stays)
+    # one in SWITCH_RATE generator requests comes after another label's context, on top of the follow-up set's switches
+    expected_switches = generated // answer_data.SWITCH_RATE + len(contexts("train")) * answer_data.TRAIN_SWITCHES_PER_CONTEXT
+    assert routed["switch"] == expected_switches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from macaron_ray.core import route_hop
+from macaron_ray.core.route_hop import route_messages
 from macaron_ray.engine.openai_http import request_body
 
 
@@ -75,3 +76,41 @@ def test_the_route_hop_goes_first_on_an_engine_that_schedules_by_priority():
     assert "priority" not in request_body(req)
     assert request_body(req, priority=True)["priority"] == ROUTE_PRIORITY
     assert "priority" not in request_body(EngineRequest(adapter="a", messages=[]), priority=True)
+
+
+def test_the_route_scaffold_is_whole_kv_blocks_so_the_prefix_cache_holds_all_of_it():
+    """vLLM caches whole KV blocks only: a scaffold that ends inside a block is prefilled again, in
+    part, on every route. The routing prompt is worded to end the scaffold on a block boundary."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from macaron_ray.model.chat_template import load_chat_template
+    from macaron_ray.model.prepare import prepare_base_model
+    from macaron_ray.paths import PACKAGE_DIR
+
+    tokenizer, template = AutoTokenizer.from_pretrained(prepare_base_model()), load_chat_template()
+
+    def ids(text: str) -> list[int]:
+        prompt = tokenizer.apply_chat_template(route_messages(text), chat_template=template, tokenize=False,
+                                               continue_final_message=True)
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    a, b = ids("AAAA"), ids("BBBB zz")
+    scaffold = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    profile = yaml.safe_load((PACKAGE_DIR.parent / "deployments" / "local-cpu.yaml").read_text())
+    sizes = {v for v in _find(profile, "block_size")}
+    assert sizes, "local-cpu.yaml names no block_size"
+    for size in sizes:
+        assert scaffold % size == 0, f"scaffold of {scaffold} tokens ends inside a {size}-token block"
+
+
+def _find(node, key):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                yield v
+            else:
+                yield from _find(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _find(v, key)
