@@ -554,12 +554,10 @@ class Rig:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stack.close()  # in reverse: the load, the loop, Ray's driver, the cluster, Redis, the env
+        self._stack.close()  # in reverse: the load, the loop, the cluster, Redis, the env
 
     def _start(self, stack: contextlib.ExitStack) -> None:
         import threading
-
-        import ray
 
         from macaron_ray.engine.local_server import free_port
         from macaron_ray.serve.args import load_profile
@@ -582,8 +580,6 @@ class Rig:
         self.cluster.serve_deploy(config)
         self.wait_healthy()
         self.deploy_s = round(time.monotonic() - started, 1)
-        ray.init(address=self.cluster.address, log_to_driver=False, logging_level="ERROR")
-        stack.callback(ray.shutdown)
         self.private = tuple(s.adapter_id for s in self.args.registry().specialists) + (str(self.args.base_source()),)
         self._loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self._loop.run_forever, name="chaos-loop", daemon=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -46,16 +48,66 @@ def _config(src: str, out: Path, port: int) -> tuple[Path, AppArgs]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    import ray
-
     tmp = tmp_path_factory.mktemp("cluster")
     with (LocalRayCluster(nodes=ClusterSpec.named("local-cpu").groups(), log_path=tmp / "ray.log") as running,
           mock.patch.dict(os.environ, RAY_ENV)):
-        ray.init(address=running.address, log_to_driver=False, logging_level="ERROR")
-        try:
-            yield running
-        finally:
-            ray.shutdown()
+        yield running
+
+
+# What needs a Ray driver (a Serve handle, an actor) runs in a child process: a driver's io and
+# gRPC threads outlive `ray.shutdown()`, and in the test process they raced the interpreter's exit
+# (a segfault after every test had passed). The child prints its result, shuts Ray down and leaves
+# with os._exit, as multiprocessing's children do, before that teardown.
+DRIVER = """
+import asyncio, json, os, sys
+
+import ray
+
+spec = json.loads(sys.argv[1])
+ray.init(address=spec["address"], log_to_driver=False, logging_level="ERROR")
+
+
+def greedy(deployment, models):
+    from ray import serve
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    from macaron_ray.serve.handle_engine import sse_payloads
+
+    handle = serve.get_deployment_handle(deployment, "macaron").options(stream=True)
+
+    async def one(model):
+        body = ChatCompletionRequest(model=model, messages=spec["prompt"], max_tokens=32, temperature=0.0,
+                                     stream=True, logprobs=True, top_logprobs=5)
+        tokens = []
+        async for item in handle.chat.remote(body):
+            for data in sse_payloads(item):
+                if data == "[DONE]":
+                    continue
+                for choice in json.loads(data).get("choices") or ():
+                    for entry in (choice.get("logprobs") or {}).get("content") or ():
+                        tokens.append((entry["token"], {t["token"]: t["logprob"] for t in entry["top_logprobs"]}))
+        return tokens
+
+    return {name: asyncio.run(one(model)) for name, model in models.items()}
+
+
+if spec["op"] == "greedy":
+    result = greedy(spec["deployment"], spec["models"])
+else:
+    ray.kill(ray.get_actor(spec["actor"], namespace="serve"), no_restart=True)
+    result = None
+print(json.dumps(result), flush=True)
+ray.shutdown()
+os._exit(0)
+"""
+
+
+def _driver(cluster, op: str, timeout_s: float = 600, **spec):
+    """Run DRIVER's `op` against the cluster in a child Python; its JSON result."""
+    out = subprocess.run([sys.executable, "-c", DRIVER, json.dumps({"op": op, "address": cluster.address, **spec})],
+                         capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **RAY_ENV})
+    assert out.returncode == 0, out.stderr[-5000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -72,33 +124,12 @@ Greedy = list[tuple[str, dict[str, float]]]
 """A greedy answer, token by token: each token with the engine's top-5 alternatives there."""
 
 
-def _greedy(args: AppArgs, models: tuple[str, ...] = ("base", "L0", "L1", "L2", "L3")) -> dict[str, Greedy]:
+def _greedy(cluster, args: AppArgs, models: tuple[str, ...] = ("base", "L0", "L1", "L2", "L3")) -> dict[str, Greedy]:
     """Greedy answers of the base and each adapter from the answer deployment (Decode: through
     prefill, NIXL and decode; Answer: one engine), called through its Serve handle."""
-    import asyncio
-
-    from ray import serve
-    from ray.serve.llm.openai_api_models import ChatCompletionRequest
-
-    from macaron_ray.serve.handle_engine import sse_payloads
-
-    handle = serve.get_deployment_handle(args.deployment_name(args.answer_role()), "macaron").options(stream=True)
-
-    async def one(model: str) -> Greedy:
-        body = ChatCompletionRequest(model=model, messages=PROMPT, max_tokens=32, temperature=0.0, stream=True,
-                                     logprobs=True, top_logprobs=5)
-        tokens: Greedy = []
-        async for item in handle.chat.remote(body):
-            for data in sse_payloads(item):
-                if data == "[DONE]":
-                    continue
-                for choice in json.loads(data).get("choices") or ():
-                    for entry in (choice.get("logprobs") or {}).get("content") or ():
-                        tokens.append((entry["token"], {t["token"]: t["logprob"] for t in entry["top_logprobs"]}))
-        return tokens
-
     engine_models = {"base": args.base.served_name, **{a.label: a.adapter_id for a in args.adapter_list()}}
-    return {name: asyncio.run(one(engine_models[name])) for name in models}
+    return _driver(cluster, "greedy", deployment=args.deployment_name(args.answer_role()), prompt=PROMPT,
+                   models={name: engine_models[name] for name in models})
 
 
 def _text(tokens: Greedy) -> str:
@@ -106,8 +137,8 @@ def _text(tokens: Greedy) -> str:
 
 
 @pytest.fixture(scope="module")
-def pd_outputs(pd) -> dict[str, Greedy]:
-    return _greedy(pd[0])
+def pd_outputs(cluster, pd) -> dict[str, Greedy]:
+    return _greedy(cluster, pd[0])
 
 
 def _replica_nodes(cluster) -> dict[str, set[str]]:
@@ -178,7 +209,7 @@ def test_nixl_reports_successful_transfers(cluster, pd):
     time.sleep(15)  # let earlier transfers reach the exporter first
     before, _ = counts()
     args, _ = pd
-    _greedy(args, models=("L1", "L3"))
+    _greedy(cluster, args, models=("L1", "L3"))
     deadline = time.monotonic() + 90
     after, failed = counts()
     while after < before + 2 and time.monotonic() < deadline:
@@ -194,14 +225,13 @@ def _deployment_running(cluster, name: str) -> int:
 
 
 def test_a_dead_decode_replica_gets_503_then_is_restarted(cluster, pd):
-    import ray
     from ray.util.state import list_actors
 
     args, url = pd
     decode = args.deployment_name("decode")
     replica = next(a for a in list_actors(address=cluster.dashboard_url, filters=[("state", "=", "ALIVE")])
                    if a.class_name == f"ServeReplica:macaron:{decode}")
-    ray.kill(ray.get_actor(replica.name, namespace="serve"), no_restart=True)
+    _driver(cluster, "kill", actor=replica.name)
 
     deadline = time.monotonic() + 60
     while _deployment_running(cluster, decode) and time.monotonic() < deadline:
@@ -353,7 +383,7 @@ def test_pd_output_equals_the_aggregated_topology_token_for_token(cluster, pd, p
     cluster.serve_deploy(config)
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
     assert _replica_nodes(cluster)[args.deployment_name("answer")] == {node_type_resource("cpu-worker")}
-    aggregated = _greedy(args)
+    aggregated = _greedy(cluster, args)
     verdicts = {name: assert_greedy_equal(pd_outputs[name], aggregated[name]) for name in pd_outputs}
     print("PD vs aggregated:", verdicts)
     # Ties are rare: most answers must match to the last token.
