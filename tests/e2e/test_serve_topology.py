@@ -105,7 +105,7 @@ os._exit(0)
 def _driver(cluster, op: str, timeout_s: float = 600, **spec):
     """Run DRIVER's `op` against the cluster in a child Python; its JSON result."""
     out = subprocess.run([sys.executable, "-c", DRIVER, json.dumps({"op": op, "address": cluster.address, **spec})],
-                         capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **RAY_ENV})
+                         capture_output=True, text=True, timeout=timeout_s)  # RAY_ENV: `cluster` set it
     assert out.returncode == 0, out.stderr[-5000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
