@@ -62,7 +62,7 @@ def build_api(s: Surfaces, lifespan=None, *, metrics_endpoint: bool = False) -> 
     `metrics_endpoint`: serve the runner's Prometheus registry at /metrics (standalone)."""
     app = FastAPI(title="macaron-ray", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     # The gate (auth, limits) runs before any route reads a body; the request counter sees its refusals.
-    app.add_middleware(Gate, keys=s.keys, limits=s.limits, metrics=s.metrics)
+    app.add_middleware(Gate, keys=s.keys, limits=s.limits, metrics=s.metrics, body_limit_bytes=s.body_limit_bytes)
     app.add_middleware(RequestMetrics, metrics=s.metrics)
     if metrics_endpoint:
         exporter = s.metrics.exporter

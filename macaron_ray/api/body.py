@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 
 from pydantic import BaseModel, ValidationError
@@ -45,7 +46,10 @@ async def read_json(request: Request, limit_bytes: int) -> dict:
     if not text.strip():
         raise APIError(400, "request body is empty; expected a JSON object", code="invalid_json")
     try:
-        data = json.loads(text)
+        data = loads(text)
+    except NonFiniteNumber as exc:
+        raise APIError(400, f"request body has a non-finite number ({exc}); JSON numbers must be finite",
+                       code="invalid_json") from None
     except json.JSONDecodeError as exc:
         raise APIError(400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                        code="invalid_json") from None
@@ -60,6 +64,27 @@ async def read_json(request: Request, limit_bytes: int) -> dict:
         raise APIError(400, "request body has a string with a lone UTF-16 surrogate escape (\\ud800-\\udfff "
                             "without its pair); it is not text", code="invalid_encoding")
     return data
+
+
+class NonFiniteNumber(ValueError):
+    """`NaN`, `Infinity`, `-Infinity`, or a literal too large for a float (`1e999`): not JSON (RFC 8259),
+    and not something a tool schema, the store or an engine can take back out."""
+
+
+def loads(text: str):
+    """`json.loads`, refusing non-finite numbers (`NonFiniteNumber`)."""
+    return json.loads(text, parse_constant=_non_finite, parse_float=_finite_float)
+
+
+def _non_finite(literal: str):
+    raise NonFiniteNumber(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(literal[:32])
+    return value
 
 
 def _lone_surrogate(value) -> bool:

@@ -13,6 +13,7 @@ from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import openai_body
 from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, to_api_error
 from macaron_ray.api.timing import DONE_FRAME
+from macaron_ray.api.tools import check_arguments, check_choice, check_tools
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
 
@@ -105,9 +106,13 @@ def to_core(messages: list[ChatMessageIn]) -> tuple[Message, ...]:
 def turn_request(body: ChatCompletionRequest, tenant: str) -> TurnRequest:
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    check_tools(tools, "tools", "function.parameters")
+    for i, m in enumerate(body.messages):
+        for j, c in enumerate(m.tool_calls or ()):
+            check_arguments(c.function.arguments, f"messages.{i}.tool_calls.{j}.function.arguments")
     return TurnRequest(
         tenant=tenant, messages=to_core(body.messages), tools=tools,
-        tool_choice=body.tool_choice if tools else None,
+        tool_choice=check_choice(body.tool_choice, tools),
         sampling=Sampling(max_tokens=body.max_completion_tokens or body.max_tokens,
                           temperature=body.temperature if body.temperature is not None else 0.0,
                           top_p=body.top_p, stop=stop, seed=body.seed),

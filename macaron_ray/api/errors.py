@@ -25,11 +25,13 @@ class APIError(Exception):
 
 
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                 404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
+                 404: "invalid_request_error", 405: "invalid_request_error", 408: "invalid_request_error",
+                 409: "invalid_request_error",
                  413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
                  429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+                    404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+                    413: "request_too_large",
                     415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
                     500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
 

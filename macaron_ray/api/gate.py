@@ -13,14 +13,20 @@ read and a validation:
   `Retry-After`), below Serve's own `max_ongoing_requests`, so excess load is
   refused in the surface's envelope instead of queueing without bound.
 
-Only the turn endpoints (POST chat completions, responses, messages) are
-limited; reads of stored responses, models and count_tokens are only
-authenticated. A turn's slots are held until its response (a stream: its last
-byte) is sent.
+Only the turn endpoints (POST chat completions, responses, messages) and
+count_tokens (a tokenizer pass over up to a turn's body) are limited; reads of
+stored responses and models are only authenticated.
+
+A limited request's body is read here, after its rate token and before its
+slots: a client that trickles its body holds no turn slot, and one that takes
+longer than `Limits.body_read_s` gets a 408 (a body over the size limit, a 413).
+The route reads the buffered body as it would the wire. A turn's slots are held
+until its response (a stream: its last byte) is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import OrderedDict
@@ -35,7 +41,7 @@ from macaron_ray.store.base import named_tenant_id, tenant_id
 
 TENANT_STATE = "macaron.tenant"
 """Where the gate leaves the request's tenant id (`scope["state"]`)."""
-TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"})
 OPEN_PATHS = frozenset({"/health"})
 MAX_TRACKED_TENANTS = 100_000
 """Rate buckets kept at once (least recently used dropped): a full bucket is the same as none."""
@@ -51,6 +57,12 @@ class Limits:
     """Per tenant: turns (streams included) at once; None: no cap."""
     turns_in_flight: int | None = None
     """Per ingress replica: turns at once before new ones get 503 (back-pressure); None: no cap."""
+    body_read_s: float | None = 30.0
+    """A limited request's whole body must arrive within this (else 408); None: no deadline."""
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"request body is larger than the limit of {limit} bytes", code="request_too_large")
 
 
 def presented_key(headers: Headers, *, anthropic: bool) -> str | None:
@@ -80,11 +92,13 @@ class _Bucket:
 
 
 class Gate:
-    def __init__(self, app, *, keys: KeyRing | None, limits: Limits, metrics: MoLMetrics):
+    def __init__(self, app, *, keys: KeyRing | None, limits: Limits, metrics: MoLMetrics,
+                 body_limit_bytes: int = 32 * 1024 * 1024):
         self.app = app
         self.keys = keys
         self.limits = limits
         self.metrics = metrics
+        self.body_limit_bytes = body_limit_bytes
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._tenant_turns: dict[str, int] = {}
         self._turns = 0
@@ -94,9 +108,13 @@ class Gate:
             return await self.app(scope, receive, send)
         path = scope["path"]
         try:
-            tenant = authenticate(self.keys, Headers(scope=scope), path)
+            headers = Headers(scope=scope)
+            tenant = authenticate(self.keys, headers, path)
             turn = scope["method"] == "POST" and path in TURN_PATHS
             if turn:
+                if self.limits.requests_per_s is not None:
+                    self._take_token(tenant, self.limits.requests_per_s, self.limits.burst)
+                receive = await self._buffered(receive, headers)
                 self._admit(tenant)
         except APIError as err:
             count_rejection(self.metrics, path, err)
@@ -115,7 +133,8 @@ class Gate:
                 del self._tenant_turns[tenant]
 
     def _admit(self, tenant: str) -> None:
-        """Take a turn's slots, or raise the 429/503 that says why not (nothing taken then)."""
+        """Take a turn's slots, or raise the 429/503 that says why not (nothing taken then). Its rate
+        token was taken before its body was read."""
         lim = self.limits
         if lim.turns_in_flight is not None and self._turns >= lim.turns_in_flight:
             raise APIError(503, "The server is at capacity; retry the request shortly.", code="overloaded",
@@ -125,10 +144,47 @@ class Gate:
             raise APIError(429, f"Too many requests at once for this API key (at most {lim.concurrent_turns}); "
                                 f"retry when one has finished.", code="too_many_concurrent_requests",
                            headers={"Retry-After": "1"})
-        if lim.requests_per_s is not None:
-            self._take_token(tenant, lim.requests_per_s, lim.burst)
         self._turns += 1
         self._tenant_turns[tenant] = held + 1
+
+    async def _buffered(self, receive, headers: Headers):
+        """Read the whole body within `body_read_s` and the size limit; a `receive` that gives it
+        back, then hands on to the client's (a route listens there for the disconnect)."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.body_limit_bytes:
+            raise _too_large(self.body_limit_bytes)
+        chunks, size = [], 0
+
+        async def read() -> None:
+            nonlocal size
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":  # the client left: the route sees an empty body
+                    return
+                size += len(message.get("body", b""))
+                if size > self.body_limit_bytes:
+                    raise _too_large(self.body_limit_bytes)
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
+
+        try:
+            async with asyncio.timeout(self.limits.body_read_s):
+                await read()
+        except TimeoutError:
+            raise APIError(408, f"The request body did not arrive within {self.limits.body_read_s:g} s.",
+                           code="request_timeout") from None
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay
 
     def _take_token(self, tenant: str, rate: float, burst: int) -> None:
         now = time.monotonic()

@@ -3,6 +3,7 @@ POST /v1/messages/count_tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -14,6 +15,7 @@ from starlette.responses import JSONResponse
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import APIError, anthropic_body
 from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, to_api_error
+from macaron_ray.api.tools import check_choice, check_tools, named
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
 
@@ -103,8 +105,10 @@ def to_core(body: CountTokensRequest) -> tuple[Message, ...]:
 
 
 def _tools(body: CountTokensRequest) -> list[dict] | None:
-    return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                              "parameters": t.input_schema}} for t in body.tools] if body.tools else None
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": t.input_schema}} for t in body.tools] if body.tools else None
+    check_tools(tools, "tools", "input_schema")
+    return tools
 
 
 def _tool_choice(choice: dict | None) -> str | dict | None:
@@ -117,8 +121,8 @@ def _tool_choice(choice: dict | None) -> str | dict | None:
         return "required"
     if kind == "none":
         return "none"
-    if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "tool":
+        return named(choice.get("name"))
     raise APIError(400, "tool_choice.type must be one of auto, any, tool, none", param="tool_choice")
 
 
@@ -144,12 +148,16 @@ def _usage(final: TurnEvent) -> dict:
 
 
 async def count_tokens(request: Request, s: Surfaces) -> JSONResponse:
+    """Tokenized on a worker thread: a long body must not stall the replica's streams. The gate
+    limits it as it limits a turn, and it takes as many messages as a turn."""
     _check_headers(request)
     body = validate(CountTokensRequest, await read_json(request, s.body_limit_bytes))
     s.tenant(request)
     s.check_model(body.model)
-    messages = [m.to_openai() for m in to_core(body)]
-    return JSONResponse({"input_tokens": s.tokens.count(messages, _tools(body))})
+    messages, tools = to_core(body), _tools(body)
+    s.check_message_count(len(messages), "messages")
+    count = await asyncio.to_thread(s.tokens.count, [m.to_openai() for m in messages], tools)
+    return JSONResponse({"input_tokens": count})
 
 
 async def create_message(request: Request, s: Surfaces):
@@ -159,7 +167,7 @@ async def create_message(request: Request, s: Surfaces):
     s.check_model(body.model)
     tools = _tools(body)
     req = TurnRequest(tenant=tenant, messages=to_core(body), tools=tools,
-                      tool_choice=_tool_choice(body.tool_choice) if tools else None,
+                      tool_choice=check_choice(_tool_choice(body.tool_choice), tools),
                       sampling=Sampling(max_tokens=body.max_tokens, stop=body.stop_sequences,
                                         temperature=body.temperature if body.temperature is not None else 0.0,
                                         top_p=body.top_p),

@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse
 
 from macaron_ray.api.body import read_json, validate
 from macaron_ray.api.errors import APIError
-from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, to_api_error
+from macaron_ray.api.surface import Surfaces, collect, first_event, new_id, now, stored, to_api_error
+from macaron_ray.api.tools import check_arguments, check_choice, check_tools, named
 from macaron_ray.core.conversation import FunctionCall, Message, ToolCall
 from macaron_ray.core.turn_runner import Sampling, TurnEvent, TurnRequest
 
@@ -79,6 +80,18 @@ class CreateResponse(_Wire):
     metadata: dict[str, str] | None = None
 
 
+def _tool_choice(choice: str | dict | None) -> str | dict | None:
+    """The Responses shape of a tool choice in the chat shape the core takes: a named function is
+    `{"type": "function", "name": ...}` here. Hosted tools and allowed-tools lists are not served."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "function" and "function" not in choice:
+        return named(choice.get("name"))
+    raise APIError(400, "tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}; "
+                        "hosted tools and allowed-tools lists are not served by this model", param="tool_choice",
+                   code="invalid_value")
+
+
 def _text(content: str | list[InputText]) -> str:
     return content if isinstance(content, str) else "".join(p.text for p in content)
 
@@ -91,7 +104,7 @@ def input_messages(items: str | list[InputItem]) -> tuple[list[Message], list[di
         raise APIError(400, "input must not be empty", param="input", code="invalid_value")
     messages: list[Message] = []
     listed: list[dict] = []
-    for item in items:
+    for i, item in enumerate(items):
         if isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
             messages.append(Message(role=role, content=_text(item.content)))
@@ -100,6 +113,7 @@ def input_messages(items: str | list[InputItem]) -> tuple[list[Message], list[di
                            "content": [{"type": part, "text": _text(item.content),
                                         **({"annotations": []} if part == "output_text" else {})}]})
         elif isinstance(item, FunctionCallItem):
+            check_arguments(item.arguments, f"input.{i}.arguments")
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
             if messages and messages[-1].role == "assistant" and messages[-1].tool_calls and not messages[-1].content:
                 messages[-1] = Message(role="assistant", tool_calls=(*messages[-1].tool_calls, call))
@@ -168,20 +182,21 @@ async def create_response(request: Request, s: Surfaces):
     tenant = s.tenant(request)
     s.check_model(body.model)
     new_messages, listed = input_messages(body.input)
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                "parameters": t.parameters or {"type": "object", "properties": {}}}}
+             for t in body.tools] if body.tools else None
+    check_tools(tools, "tools", "parameters")
+    tool_choice = check_choice(_tool_choice(body.tool_choice), tools)
     history: list[Message] = []
     if body.previous_response_id is not None:
-        prev = await s.store.get_response(tenant, body.previous_response_id)
+        prev = await stored(s.store.get_response(tenant, body.previous_response_id))
         if prev is None:
             raise APIError(404, f"Previous response with id '{body.previous_response_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
         history = [Message.model_validate(m) for m in prev["conversation"]]
     conversation = (*history, *new_messages)
     instructions = (Message(role="system", content=body.instructions),) if body.instructions else ()
-    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                "parameters": t.parameters or {"type": "object", "properties": {}}}}
-             for t in body.tools] if body.tools else None
-    req = TurnRequest(tenant=tenant, messages=(*instructions, *conversation), tools=tools,
-                      tool_choice=body.tool_choice if tools else None,
+    req = TurnRequest(tenant=tenant, messages=(*instructions, *conversation), tools=tools, tool_choice=tool_choice,
                       sampling=Sampling(max_tokens=body.max_output_tokens,
                                         temperature=body.temperature if body.temperature is not None else 0.0,
                                         top_p=body.top_p),
@@ -191,8 +206,8 @@ async def create_response(request: Request, s: Surfaces):
 
     async def store(text: str, final: TurnEvent, obj: dict) -> None:
         if body.store:
-            await s.store.put_response(tenant, draft.id, {
-                "response": obj, "input_items": listed, "conversation": _conversation_after(conversation, text, final)})
+            await stored(s.store.put_response(tenant, draft.id, {
+                "response": obj, "input_items": listed, "conversation": _conversation_after(conversation, text, final)}))
 
     if not body.stream:
         text, final = await collect(s.runner, req, param="input")
@@ -274,7 +289,7 @@ async def get_response(request: Request, s: Surfaces, response_id: str) -> JSONR
 
 async def delete_response(request: Request, s: Surfaces, response_id: str) -> JSONResponse:
     tenant = s.tenant(request)
-    if not await s.store.delete_response(tenant, response_id):
+    if not await stored(s.store.delete_response(tenant, response_id)):
         raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
@@ -301,7 +316,7 @@ async def input_items(request: Request, s: Surfaces, response_id: str) -> JSONRe
 
 
 async def _stored(request: Request, s: Surfaces, response_id: str) -> dict:
-    doc = await s.store.get_response(s.tenant(request), response_id)
+    doc = await stored(s.store.get_response(s.tenant(request), response_id))
     if doc is None:
         raise _not_found(response_id)
     return doc

@@ -19,6 +19,7 @@ from macaron_ray.api.tokens import TemplateTokenCounter
 from macaron_ray.core.deadlines import Deadlines
 from macaron_ray.core.registry import DEFAULT_PUBLIC_MODEL, SpecialistRegistry
 from macaron_ray.core.turn_runner import TurnRunner
+from macaron_ray.engine.local_server import TOOL_CALL_PARSER
 from macaron_ray.engine.openai_http import OpenAIHTTPEngine
 from macaron_ray.observability.metrics import MoLMetrics, PrometheusExporter
 from macaron_ray.observability.tracing import OTelTracer, otlp_tracer
@@ -35,7 +36,7 @@ def build_standalone_app(engine_url: str, model_dir: Path, store_path: Path, *,
                          context_tokens: int | None = None, store_ttl_s: float | None = STORE_TTL_S) -> FastAPI:
     """The API over one engine server; its metrics (prometheus-client, the names Ray exports) at /metrics.
     `context_tokens`: the engine's `max_model_len` (requests that cannot fit get a 400 first)."""
-    engine = OpenAIHTTPEngine(engine_url)
+    engine = OpenAIHTTPEngine(engine_url, tool_call_parser=TOOL_CALL_PARSER)
     store = SQLiteStore(store_path, ttl_s=store_ttl_s)
     tracer = otlp_tracer(otlp_endpoint)
     runner = TurnRunner(SpecialistRegistry.from_manifest(public_model), engine, store,

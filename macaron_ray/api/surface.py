@@ -12,9 +12,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -30,6 +30,7 @@ from macaron_ray.observability.metrics import MoLMetrics
 from macaron_ray.store.base import ConversationStore, StoreError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_BODY_LIMIT_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_MESSAGES = 1024
@@ -66,6 +67,11 @@ class Surfaces:
     """Messages in one request, at most: each past turn the store does not hold costs a route hop
     and a summary to re-derive."""
 
+    def check_message_count(self, count: int, param: str) -> None:
+        if count > self.max_messages:
+            raise APIError(400, f"{param} has {count} messages; at most {self.max_messages} are accepted in one "
+                                f"request", param=param, code="too_many_messages")
+
     async def check_request(self, req: TurnRequest, *, max_tokens_param: str, prompt_param: str) -> None:
         """400 in the surface's envelope when `req` has more messages than allowed or cannot fit the
         context (the engine would refuse it), before any engine call.
@@ -74,9 +80,7 @@ class Surfaces:
         a request whose UTF-8 size already fits is not tokenized (a byte-level BPE token covers at
         least one byte). A specialist's own view may differ from the request by its scaffold and the
         summaries of other turns, so the engine can still refuse a request at the edge."""
-        if len(req.messages) > self.max_messages:
-            raise APIError(400, f"{prompt_param} has {len(req.messages)} messages; at most {self.max_messages} are "
-                                f"accepted in one request", param=prompt_param, code="too_many_messages")
+        self.check_message_count(len(req.messages), prompt_param)
         context = self.context_tokens
         if context is None:
             return
@@ -187,6 +191,15 @@ def to_api_error(exc: BaseException, *, param: str = "messages") -> APIError:
         return store_unavailable()
     logger.exception("unexpected error in a turn", exc_info=exc)
     return internal_error()
+
+
+async def stored(call: Awaitable[T]) -> T:
+    """A store call made by a route itself (outside a turn): its failure is the 503 + Retry-After
+    a turn's store failure gets, not a 500."""
+    try:
+        return await call
+    except StoreError as exc:
+        raise to_api_error(exc) from None
 
 
 async def first_event(events: AsyncIterator[TurnEvent], *, param: str) -> tuple[TurnEvent | None, AsyncIterator[TurnEvent]]:

@@ -8,7 +8,10 @@ the first user message are the conversation's instructions.
 
 The *hash chain* keys the own-view cache: `h(i) = sha256(h(i-1) || canonical(m_i))`,
 seeded with the tenant, so the same history resent by a stateless client maps to
-the same keys on any replica, and two tenants never share a key.
+the same keys on any replica, and two tenants never share a key. The instructions
+are not in the chain: a client may change them from request to request (the
+Responses API's `instructions`, an agent's handoff, a date in a system prompt),
+and the conversation stays the same conversation.
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ def split_turns(tenant: str, messages: list[Message] | tuple[Message, ...]) -> H
     turns: list[tuple[str, Message, list[Message]]] = []
     calls: set[str] = set()
     for i, m in enumerate(messages):
+        if m.role == "system" and not turns:
+            instructions.append(m)  # not chained: see the module's docstring
+            continue
         h = chain_step(h, m)
         if m.tool_calls:
             calls.update(c.id for c in m.tool_calls)
@@ -110,9 +116,7 @@ def split_turns(tenant: str, messages: list[Message] | tuple[Message, ...]) -> H
         if m.role == "user":
             turns.append((h, m, []))
         elif not turns:
-            if m.role != "system":
-                raise HistoryError(f"messages[{i}]: a {m.role} message before the first user message")
-            instructions.append(m)
+            raise HistoryError(f"messages[{i}]: a {m.role} message before the first user message")
         else:
             turns[-1][2].append(m)
     if not turns:

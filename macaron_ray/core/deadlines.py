@@ -23,9 +23,12 @@ class Deadlines:
     """From the call to the first delta (a route hop's whole label, an answer's first token)."""
     inter_token_s: float = 30.0
     """Between two deltas of one stream."""
+    turn_s: float = 600.0
+    """A whole turn, from its start to its final event: route hop, summaries it waits for or
+    re-derives, and the answer (enforced by the TurnRunner, whatever the engine's pace)."""
 
     def __post_init__(self) -> None:
-        if not (self.first_token_s > 0 and self.inter_token_s > 0):
+        if not (self.first_token_s > 0 and self.inter_token_s > 0 and self.turn_s > 0):
             raise ValueError("deadlines must be positive")
 
 

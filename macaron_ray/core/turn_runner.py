@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
 from macaron_ray.core import route_hop, summary_hop
@@ -142,6 +143,7 @@ class TurnRunner:
         self.engine, self.router, self.summarizer = engine, router, summarizer
         self.summary_timeout_s = summary_timeout_s
         self.max_rederived_turns = max_rederived_turns
+        self.turn_deadline_s = deadlines.turn_s if deadlines is not None else None
         self.metrics = metrics if metrics is not None else MoLMetrics()
         self.tracer = tracer
         self.store = MeteredStore(store, self.metrics)
@@ -174,26 +176,19 @@ class TurnRunner:
         span = self.tracer.start("turn", surface=surface, tool_result=continuation is not None)
         m.turns_in_flight.add(1, surface=surface)
         delivered = False
+        # What this turn learned of turns the store did not hold (labels re-derived, summaries of
+        # edited answers): written only once the turn is delivered, like the turn itself.
+        staged: dict[str, TurnMeta] = {}
+        deadline = None if self.turn_deadline_s is None else asyncio.get_running_loop().time() + self.turn_deadline_s
         try:
-            past = await self._past_metas(req.tenant, history)
-            if continuation is not None:
-                # Tool-result stickiness: back to the specialist that made the call, no route hop.
-                meta = await self.store.get_turn(req.tenant, current.key)
-                label = meta.label if meta else await self._rederive_label(req.tenant, current)
-                m.stickiness_hits.inc(specialist=label)
-            else:
-                started = time.perf_counter()
-                label = await self.route(current.user.content or "", parent=span, context=route_context(past),
-                                         tenant=req.tenant)
-                timing.route_s = time.perf_counter() - started
-                m.route_hop.observe(timing.route_s, specialist=label, surface=surface)
-                m.route_decisions.inc(specialist=label)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    label, past = await self._prepare(req, history, current, continuation is not None, staged,
+                                                      timing, span)
+            except TimeoutError:
+                raise EngineTimeout(f"the turn ran past its deadline of {self.turn_deadline_s:g} s before its "
+                                    "answer began") from None
             span.set("specialist", label)
-
-            started = time.perf_counter()
-            past = await self._with_summaries(req.tenant, past, label, surface)
-            timing.summary_wait_s = time.perf_counter() - started
-            m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
 
             view = self.view(label, history.instructions, past, current)
             specialist = self.registry.get(label)
@@ -207,15 +202,20 @@ class TurnRunner:
             started = time.perf_counter()
             final: EngineDelta | None = None
             try:
-                async for delta in self.engine.stream(answer):
-                    if timing.answer_ttft_s is None:
-                        timing.answer_ttft_s = time.perf_counter() - started
-                        m.answer_ttft.observe(timing.answer_ttft_s, specialist=label, surface=surface)
-                    if delta.text:
-                        text.append(delta.text)
-                        yield TurnEvent(text=delta.text, label=label, timing=timing)
-                    if delta.finish_reason is not None:
-                        final = delta
+                # Closed on any exit (a deadline, an error, the client leaving), so the engine request is
+                # cancelled then, not when the generator is collected.
+                async with aclosing(self.engine.stream(answer)) as deltas:
+                    async for delta in deltas:
+                        if deadline is not None and asyncio.get_running_loop().time() > deadline:
+                            raise EngineTimeout(f"the turn ran past its deadline of {self.turn_deadline_s:g} s")
+                        if timing.answer_ttft_s is None:
+                            timing.answer_ttft_s = time.perf_counter() - started
+                            m.answer_ttft.observe(timing.answer_ttft_s, specialist=label, surface=surface)
+                        if delta.text:
+                            text.append(delta.text)
+                            yield TurnEvent(text=delta.text, label=label, timing=timing)
+                        if delta.finish_reason is not None:
+                            final = delta
                 if final is None:
                     raise EngineError("engine stream ended without a final delta", retryable=False)
                 hop.set("engine.request_id", final.request_id)
@@ -236,6 +236,8 @@ class TurnRunner:
                             usage=final.usage, timing=timing, turn_key=current.key)
             delivered = True
             m.turn.observe(timing.turn_s, specialist=label, surface=surface)
+            for key, meta in staged.items():
+                await self.store.put_turn(req.tenant, key, meta)
             if continuation is None:
                 await self._commit(req.tenant, current, label, "".join(text), final.tool_calls, timing, surface,
                                    span)
@@ -248,14 +250,51 @@ class TurnRunner:
             m.turns_in_flight.add(-1, surface=surface)
             span.end()
 
+    async def _prepare(self, req: TurnRequest, history: History, current: Turn, tool_results: bool,
+                       staged: dict[str, TurnMeta], timing: HopTiming, span: Span) -> tuple[str, list]:
+        """Everything before the answer hop: the past turns' metas, the specialist (route hop, or
+        stickiness for tool results) and the summaries its view needs. Writes nothing: what the
+        store lacked goes into `staged`."""
+        m, surface = self.metrics, req.surface
+        past = await self._past_metas(req.tenant, history, staged)
+        if tool_results:
+            # Tool-result stickiness: back to the specialist that made the call, no route hop.
+            meta = await self.store.get_turn(req.tenant, current.key)
+            if meta is None:
+                meta = staged[current.key] = TurnMeta(label=await self.route(current.user.content or "",
+                                                                             tenant=req.tenant))
+            label = meta.label
+            m.stickiness_hits.inc(specialist=label)
+        else:
+            started = time.perf_counter()
+            label = await self.route(current.user.content or "", parent=span, context=route_context(past),
+                                     tenant=req.tenant)
+            timing.route_s = time.perf_counter() - started
+            m.route_hop.observe(timing.route_s, specialist=label, surface=surface)
+            m.route_decisions.inc(specialist=label)
+        started = time.perf_counter()
+        past = await self._with_summaries(req.tenant, past, label, surface, staged)
+        timing.summary_wait_s = time.perf_counter() - started
+        m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
+        return label, past
+
     async def _commit(self, tenant: str, turn: Turn, label: str, text: str, tool_calls: tuple[ToolCall, ...],
                       timing: HopTiming, surface: str, span: Span) -> None:
         digest = summary_hop.answer_digest(
             text, [(c.function.name, _json_or_text(c.function.arguments)) for c in tool_calls])
+        sha = summary_hop.answer_sha(digest)
         store = self.tracer.start("store", span, operation="put_turn")
         try:
-            written = await self.store.put_turn(
-                tenant, turn.key, TurnMeta(label=label, answer_sha=summary_hop.answer_sha(digest)))
+            written = await self.store.put_turn(tenant, turn.key, TurnMeta(label=label, answer_sha=sha))
+            if not written:
+                # Committed already: a retry of this delivered turn (the same answer), or a request that
+                # raced this one on the same history with another answer. Then this answer is the turn
+                # under its own answer's key, so a conversation continued from it is credited to the
+                # specialist that gave it (as an edited answer is, `_past_metas`).
+                first = await self.store.get_turn(tenant, turn.key)
+                if first is not None and first.answer_sha not in (None, sha):
+                    turn = replace(turn, key=answer_key(turn.key, sha))
+                    written = await self.store.put_turn(tenant, turn.key, TurnMeta(label=label, answer_sha=sha))
         finally:
             store.end()
         if not written:
@@ -272,10 +311,11 @@ class TurnRunner:
     async def _whole(engine: EngineClient, req: EngineRequest) -> tuple[str, EngineDelta | None]:
         """One route or summary request on `engine`: its whole text and its final delta."""
         parts, final = [], None
-        async for delta in engine.stream(req):
-            parts.append(delta.text)
-            if delta.finish_reason is not None:
-                final = delta
+        async with aclosing(engine.stream(req)) as deltas:
+            async for delta in deltas:
+                parts.append(delta.text)
+                if delta.finish_reason is not None:
+                    final = delta
         return "".join(parts), final
 
     async def route(self, user_text: str, parent: Span | None = None,
@@ -327,14 +367,20 @@ class TurnRunner:
         return summary_hop.stored_summary(messages, text, user_text)
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
-                         timing: HopTiming | None = None, parent: Span | None = None) -> str | None:
+                         timing: HopTiming | None = None, parent: Span | None = None, *,
+                         write: bool = True) -> str | None:
+        """The summary of a turn, stored as its turn's (`write`: the turn is in the store). When
+        another request stored one first, that one is returned: every view of the turn then holds
+        the same bytes (a prefix-cache hit), and it is not summarized again."""
         for attempt in range(1, self.summary_attempts + 1):
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(self.summary_timeout_s):
                     summary = await self.summarize(user_text, digest, parent, label, tenant=tenant)
                 elapsed = time.perf_counter() - started
-                await self.store.set_summary(tenant, key, summary, elapsed)
+                if write and not await self.store.set_summary(tenant, key, summary, elapsed):
+                    first = await self.store.get_turn(tenant, key)
+                    summary = first.summary if first is not None and first.summary is not None else summary
             except Exception as exc:  # noqa: BLE001 - any failure is retried, then left pending
                 logger.warning("summary attempt %d failed: %s", attempt, type(exc).__name__)
                 await asyncio.sleep(self.summary_retry_delay_s * attempt)
@@ -348,50 +394,66 @@ class TurnRunner:
 
     # -- past turns -------------------------------------------------------------------------
 
-    async def _past_metas(self, tenant: str, history: History) -> list[tuple[Turn, TurnMeta]]:
+    async def _past_metas(self, tenant: str, history: History,
+                          staged: dict[str, TurnMeta]) -> list[tuple[Turn, TurnMeta]]:
+        """Each past turn with its meta, read in one store round trip (two when answers were edited).
+
+        A turn the store does not hold gets its label re-derived (a route hop); a turn whose answer
+        is not the one committed (the client regenerated or edited it) is the turn under its
+        answer's own key, which needs a summary of its own. Together they are capped at
+        `max_rederived_turns` per request, checked before any hop runs."""
         past = history.turns[:-1]
-        metas = await asyncio.gather(*(self.store.get_turn(tenant, t.key) for t in past))
-        unknown = sum(meta is None for meta in metas)
+        if not past:
+            return []
+        metas = await self.store.get_turns(tenant, [t.key for t in past])
+        edited: dict[int, Turn] = {}
+        for i, (turn, meta) in enumerate(zip(past, metas)):
+            if meta is not None and meta.answer_sha is not None and meta.answer_sha != (sha := _answer_sha(turn)):
+                edited[i] = replace(turn, key=answer_key(turn.key, sha))
+        alt = dict(zip(edited, await self.store.get_turns(tenant, [t.key for t in edited.values()]))) if edited else {}
+        unknown = sum(meta is None for meta in metas) + sum(meta is None for meta in alt.values())
         if unknown > self.max_rederived_turns:
-            raise HistoryError(f"{unknown} earlier turns of this conversation are not known to this server; at "
-                               f"most {self.max_rederived_turns} are re-derived in one request. Send fewer past "
-                               f"turns, or continue a conversation this server answered")
+            raise HistoryError(f"{unknown} earlier turns of this conversation are not known to this server (or "
+                               f"their answers differ from the ones it gave); at most {self.max_rederived_turns} "
+                               f"are re-derived in one request. Send fewer past turns, or continue a "
+                               f"conversation this server answered")
         out = []
-        for turn, meta in zip(past, metas):
+        for i, (turn, meta) in enumerate(zip(past, metas)):
             if meta is None:
                 self.metrics.ownview_cache_misses.inc()
-                meta = TurnMeta(label=await self._rederive_label(tenant, turn))
-            elif meta.answer_sha is not None and meta.answer_sha != (sha := _answer_sha(turn)):
-                turn, meta = await self._regenerated(tenant, turn, meta, sha)
+                meta = staged[turn.key] = TurnMeta(label=await self.route(turn.user.content or "", tenant=tenant))
+            elif i in edited:
+                turn, meta = edited[i], alt[i]
+                if meta is None:
+                    meta = staged[turn.key] = TurnMeta(label=metas[i].label, answer_sha=_answer_sha(turn))
             out.append((turn, meta))
         return out
-
-    async def _regenerated(self, tenant: str, turn: Turn, meta: TurnMeta, sha: str) -> tuple[Turn, TurnMeta]:
-        """A past turn whose answer is not the one committed (the client regenerated it): the turn
-        under a key of its own answer, so its summary is of this answer, not of the first."""
-        alt = replace(turn, key=answer_key(turn.key, sha))
-        stored = await self.store.get_turn(tenant, alt.key)
-        if stored is None:
-            stored = TurnMeta(label=meta.label, answer_sha=sha)
-            await self.store.put_turn(tenant, alt.key, stored)
-        return alt, stored
-
-    async def _rederive_label(self, tenant: str, turn: Turn) -> str:
-        label = await self.route(turn.user.content or "", tenant=tenant)
-        await self.store.put_turn(tenant, turn.key, TurnMeta(label=label))
-        return label
 
     async def _with_summaries(self, tenant: str, past: list[tuple[Turn, TurnMeta]], label: str,
-                              surface: str) -> list[tuple[Turn, TurnMeta]]:
-        """Every other specialist's turn with its summary: awaited if pending, else re-derived."""
+                              surface: str, staged: dict[str, TurnMeta]) -> list[tuple[Turn, TurnMeta]]:
+        """Every other specialist's turn with its summary: awaited if pending, else re-derived, at most
+        `max_rederived_turns` of them in one request (a summary engine that keeps failing must not
+        make each request run a hop for every past turn)."""
         out = []
+        budget = self.max_rederived_turns  # summary hops this request may run for turns it did not answer
         for turn, meta in past:
             if meta.label != label and meta.summary is None:
-                meta = await self._summary_for(tenant, turn, meta, surface)
+                if budget > 0 or (tenant, turn.key) in self._pending:
+                    budget -= (tenant, turn.key) not in self._pending
+                    meta = await self._summary_for(tenant, turn, meta, surface, staged)
+                else:  # past the cap: the user message stands in, and a later request may summarize it
+                    meta = replace(meta, summary=summary_hop.fallback_summary(turn.user.content or ""))
             out.append((turn, meta))
         return out
 
-    async def _summary_for(self, tenant: str, turn: Turn, meta: TurnMeta, surface: str) -> TurnMeta:
+    async def _summary_for(self, tenant: str, turn: Turn, meta: TurnMeta, surface: str,
+                           staged: dict[str, TurnMeta]) -> TurnMeta:
+        if turn.key in staged:  # not in the store yet: its summary is staged with it
+            summary = await self._summarize(tenant, turn.key, turn.user.content or "", _past_digest(turn),
+                                            meta.label, surface, write=False)
+            if summary is not None:
+                staged[turn.key] = replace(meta, summary=summary)
+            return replace(meta, summary=summary or summary_hop.fallback_summary(turn.user.content or ""))
         task = self._pending.get((tenant, turn.key))
         if task is not None:
             try:
@@ -405,7 +467,7 @@ class TurnRunner:
         summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface)
         if summary is None:
             summary = summary_hop.fallback_summary(turn.user.content or "")  # never block the turn
-        return TurnMeta(label=meta.label, summary=summary)
+        return replace(meta, summary=summary)
 
     async def wait_summary(self, tenant: str, key: str) -> TurnMeta | None:
         """Wait for a delivered turn's summary hop (benchmarks and tests)."""

@@ -25,6 +25,9 @@ import httpx
 from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 from macaron_ray.model.chat_template import CHAT_TEMPLATE_PATH
 
+TOOL_CALL_PARSER = "pythonic"
+"""SmolLM2 has no single tool-call token, so a plain-text format (ENGINE_NOTES)."""
+
 
 @dataclass(frozen=True)
 class LocalEngineSpec:
@@ -70,7 +73,7 @@ class LocalEngineSpec:
             "--enable-prefix-caching",
             "--enable-prompt-tokens-details",
             "--chat-template", str(CHAT_TEMPLATE_PATH),
-            "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
+            "--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER,
             "--disable-uvicorn-access-log",
         ]
         if self.adapters:

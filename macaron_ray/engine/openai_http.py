@@ -11,10 +11,18 @@ from macaron_ray.core.conversation import FunctionCall, ToolCall
 from macaron_ray.core.engine_client import (
     EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
 )
+from macaron_ray.engine.text_tool_calls import TEXT_PARSERS, distinct_calls, may_become_calls, pythonic_calls
 
 
-def request_body(req: EngineRequest, *, priority: bool = False) -> dict:
-    """The chat-completions body of `req`; `priority`: the engine schedules by priority, send it."""
+def text_tool_calls(req: EngineRequest, tool_call_parser: str | None) -> bool:
+    """Whether `req`'s calls are parsed from the engine's plain text (`engine.text_tool_calls`): the
+    engine's parser is one the clients read themselves and the model chooses whether to call."""
+    return tool_call_parser in TEXT_PARSERS and bool(req.tools) and req.tool_choice in (None, "auto")
+
+
+def request_body(req: EngineRequest, *, priority: bool = False, text_calls: bool = False) -> dict:
+    """The chat-completions body of `req`; `priority`: the engine schedules by priority, send it;
+    `text_calls`: ask for plain text (tools in the prompt, no parsing: the caller parses the calls)."""
     body: dict = {"model": req.adapter, "messages": req.messages, "stream": True,
                   "stream_options": {"include_usage": True}, "temperature": req.temperature}
     for name in ("tools", "tool_choice", "max_tokens", "top_p", "stop", "seed", "repetition_penalty",
@@ -22,6 +30,11 @@ def request_body(req: EngineRequest, *, priority: bool = False) -> dict:
         value = getattr(req, name)
         if value is not None:
             body[name] = value
+    if not req.tools:
+        body.pop("tools", None)
+        body.pop("tool_choice", None)
+    elif text_calls:
+        body["tool_choice"] = "none"
     if req.choice is not None:
         body["structured_outputs"] = {"choice": list(req.choice)}
     if req.continue_final_message:
@@ -38,7 +51,11 @@ class StreamAccumulator:
     and over Ray Serve handles.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, text_calls: bool = False) -> None:
+        """`text_calls`: the engine streams plain text and the calls are parsed from it here
+        (`engine.text_tool_calls`); text that may become calls is held until the answer is whole."""
+        self._holding = text_calls
+        self._held: list[str] = []
         self._calls: dict[int, dict] = {}
         self._finish: str | None = None
         self._usage: Usage | None = None
@@ -71,22 +88,37 @@ class StreamAccumulator:
             self._finish = choice.get("finish_reason") or self._finish
             if isinstance(choice.get("stop_reason"), str):
                 self._stop_sequence = choice["stop_reason"]
+        if self._holding and text:
+            self._held.append(text)
+            text = "".join(self._held)
+            if may_become_calls(text):
+                return None
+            self._holding, self._held = False, []
         return EngineDelta(text=text) if text else None
 
     def final(self) -> EngineDelta:
+        """The last delta: the calls, finish reason and usage, and any text held back (the whole
+        answer, when it was not a list of calls after all)."""
         tool_calls = tuple(
             ToolCall(id=c["id"] or f"call_{i}", function=FunctionCall(name=c["name"], arguments=c["arguments"] or "{}"))
             for i, c in sorted(self._calls.items()))
         finish = self._finish or "stop"
-        return EngineDelta(tool_calls=tool_calls, finish_reason=finish, usage=self._usage or Usage(),
-                           stop_sequence=self._stop_sequence if finish == "stop" else None,
+        held = "".join(self._held)
+        if held and (parsed := pythonic_calls(held)) is not None:
+            tool_calls, held, finish = parsed, "", "tool_calls"
+        return EngineDelta(text=held, tool_calls=distinct_calls(tool_calls), finish_reason=finish,
+                           usage=self._usage or Usage(), stop_sequence=self._stop_sequence if finish == "stop" else None,
                            request_id=self._request_id)
 
 
 class OpenAIHTTPEngine:
     """One client per server; safe to share between concurrent turns (httpx pools connections)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None):
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None,
+                 tool_call_parser: str | None = None):
+        """`tool_call_parser`: the engine's (vLLM `--tool-call-parser`); one of `TEXT_PARSERS` is
+        parsed here from plain text for "auto" turns (`engine.text_tool_calls`)."""
+        self._tool_call_parser = tool_call_parser
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
                                          timeout=httpx.Timeout(timeout_s, connect=10.0))
@@ -95,9 +127,11 @@ class OpenAIHTTPEngine:
         await self._client.aclose()
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
-        acc = StreamAccumulator()
+        text_calls = text_tool_calls(request, self._tool_call_parser)
+        acc = StreamAccumulator(text_calls=text_calls)
         try:
-            async with self._client.stream("POST", "/v1/chat/completions", json=request_body(request)) as resp:
+            async with self._client.stream("POST", "/v1/chat/completions",
+                                           json=request_body(request, text_calls=text_calls)) as resp:
                 if resp.status_code != 200:
                     detail = (await resp.aread()).decode(errors="replace")[:500]
                     error = EngineUnavailable if resp.status_code == 503 else EngineError

@@ -298,7 +298,8 @@ async def play(cfg: LoadConfig, traces: Traces, conversation: Conversation, inde
     module = _sdk_httpx(cfg.surface)
     transport = timing_transport(module, leaks)
     async with module.AsyncClient(transport=transport, timeout=cfg.request_timeout_s) as http:
-        state = _Surface(cfg, traces, http, f"Load test {cfg.seed}-{uuid.uuid4().hex[:8]}: {conversation.name}.")
+        ref = uuid.uuid4().hex[:8]
+        state = _Surface(cfg, traces, http, f"Load test {cfg.seed}: {conversation.name}.")
         for n, turn in enumerate(conversation.turns):
             if n and cfg.think_time_s:
                 await asyncio.sleep(cfg.think_time_s)
@@ -307,7 +308,10 @@ async def play(cfg: LoadConfig, traces: Traces, conversation: Conversation, inde
             record = RequestRecord(conversation=f"{conversation.name}#{index}", turn=n, kind="user",
                                    surface=cfg.surface, concurrency=concurrency, started_s=0.0, expect=turn.expect)
             records.append(record)
-            calls = await _request(state, transport, record, t0, turn.user, [], turn.tools,
+            # A conversation is keyed by its messages, not its instructions: a reference in the first
+            # message makes each one played its own, as each of a real service's users is.
+            user = f"{turn.user} (ref {ref})" if n == 0 else turn.user
+            calls = await _request(state, transport, record, t0, user, [], turn.tools,
                                    rng.random() < cfg.disconnect_rate)
             if progress is not None:
                 progress.update(1)

@@ -42,9 +42,10 @@ class MacaronUser(HttpUser):
     @task
     def conversation(self) -> None:
         trace = _traces.conversations[next(_next_conversation)]
-        history: list[dict] = [{"role": "system", "content": f"Locust user {id(self)}: {trace.name} {time.time()}"}]
-        for turn in trace.turns:
-            history.append({"role": "user", "content": turn.user})
+        history: list[dict] = [{"role": "system", "content": f"Locust user: {trace.name}"}]
+        ref = f"{id(self):x}-{time.time_ns():x}"  # each conversation its own (they are keyed by messages)
+        for n, turn in enumerate(trace.turns):
+            history.append({"role": "user", "content": f"{turn.user} (ref {ref})" if n == 0 else turn.user})
             answer = self._stream("turn", history, turn.tools)
             if answer is None:
                 return  # the turn failed (reported); this conversation stops here

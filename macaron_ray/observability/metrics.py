@@ -36,13 +36,14 @@ REQUEST_SURFACES = (*SURFACES, "other")
 """`requests_total` also counts the paths of no surface (/v1/models, /health, unknown paths)."""
 ROLLBACK_CAUSES = ("engine_error", "client_disconnect", "timeout", "unavailable", "store_error", "internal")
 HOPS = ("route", "answer", "summary")
-STORE_OPERATIONS = ("get_turn", "put_turn", "set_summary", "put_response", "get_response", "delete_response")
+STORE_OPERATIONS = ("get_turn", "get_turns", "put_turn", "set_summary", "put_response", "get_response",
+                    "delete_response")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
 REJECT_REASONS = {
     "invalid_api_key": "unauthenticated", "rate_limit_exceeded": "rate_limited",
     "too_many_concurrent_requests": "too_many_concurrent", "overloaded": "overloaded",
     "request_too_large": "too_large", "too_many_messages": "too_many_messages",
-    "context_length_exceeded": "context_length",
+    "context_length_exceeded": "context_length", "request_timeout": "body_timeout",
 }
 """`rejected_requests_total`'s reason for each APIError code; any other 4xx is `invalid_request`."""
 

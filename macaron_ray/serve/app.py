@@ -50,7 +50,8 @@ class MoLIngress:
         self.watch = ReplicaWatch(serve.get_replica_context().app_name)
         self.store = _open_store(self.args)
         prefill = (self.args.deployment_name("prefill"),) if self.args.disaggregated else ()
-        answer_engine = ServeHandleEngine(answer, watch=self.watch, also_needs=prefill)
+        parser = self.args.engine_kwargs_for(self.args.answer_role()).get("tool_call_parser")
+        answer_engine = ServeHandleEngine(answer, watch=self.watch, also_needs=prefill, tool_call_parser=parser)
         route_engine = ServeHandleEngine(router, watch=self.watch,
                                          priority=self.args.schedules_by_priority(self.args.router_role()))
         ingress = self.args.ingress
@@ -58,7 +59,7 @@ class MoLIngress:
         self.runner = TurnRunner(self.args.registry(), answer_engine, self.store, router=route_engine,
                                  summarizer=route_engine if self.args.summary_role() == "router" else answer_engine,
                                  metrics=MoLMetrics(RayExporter()), tracer=otlp_tracer(ingress.otlp_endpoint),
-                                 deadlines=Deadlines(out.first_token_s, out.inter_token_s),
+                                 deadlines=Deadlines(out.first_token_s, out.inter_token_s, out.turn_s),
                                  summary_timeout_s=out.summary_s, max_rederived_turns=lim.max_rederived_turns)
         self.surfaces = Surfaces(runner=self.runner, tokens=_token_counter(self.args, TemplateTokenCounter),
                                  keys=_key_ring(ingress.api_keys_env), debug_headers=ingress.debug_headers,
@@ -134,9 +135,10 @@ def _token_counter(args: AppArgs, counter_cls):
 def build_app(args: dict[str, Any]) -> Application:
     """Validate `args` (see `AppArgs`) and build the application graph."""
     from ray.serve.llm import build_llm_deployment
-    from ray.serve.llm.deployment import LLMServer, PDDecodeServer, PDPrefillServer
+    from ray.serve.llm.deployment import LLMServer, PDPrefillServer
 
     from macaron_ray.serve.engine import ProfileExecutorVLLMEngine
+    from macaron_ray.serve.pd import PrefillCachedDecodeServer
 
     app_args = AppArgs.model_validate(args)
 
@@ -147,7 +149,8 @@ def build_app(args: dict[str, Any]) -> Application:
 
     if app_args.disaggregated:
         prefill = llm_deployment("prefill", PDPrefillServer)
-        engines = {"prefill": prefill, "decode": llm_deployment("decode", PDDecodeServer, prefill_server=prefill)}
+        engines = {"prefill": prefill, "decode": llm_deployment("decode", PrefillCachedDecodeServer,
+                                                                prefill_server=prefill)}
     else:
         engines = {"answer": llm_deployment("answer", LLMServer)}
     # A colocated router is the same deployment, bound twice: Serve runs it once.

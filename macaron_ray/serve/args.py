@@ -106,11 +106,15 @@ class StoreArgs(_Strict):
 
 
 class LimitArgs(_Strict):
-    """What one tenant (API key) and one ingress replica may take at once (`macaron_ray.api.gate`)."""
+    """What one tenant (API key) may take of one ingress replica, and what one replica takes at once
+    (`macaron_ray.api.gate`). Every limit is enforced by each ingress replica on its own: with N
+    replicas a tenant gets up to N times each figure (Serve spreads a tenant's requests over them),
+    so a profile sets its per-tenant figures divided by `ingress.num_replicas`."""
 
     requests_per_s: float | None = Field(None, gt=0)
-    """Per tenant, sustained; None: no rate limit."""
+    """Per tenant, per ingress replica, sustained; None: no rate limit."""
     burst: int = Field(20, ge=1)
+    """Per tenant, per ingress replica: requests at once above the sustained rate."""
     concurrent_turns: int | None = Field(None, ge=1)
     """Per tenant, per ingress replica: turns (streams included) at once."""
     turns_in_flight: int | None = Field(None, ge=1)
@@ -118,6 +122,8 @@ class LimitArgs(_Strict):
     `max_ongoing_requests`, so excess load is refused in the API's envelope, not queued by Serve."""
     max_messages: int = Field(1024, ge=1)
     body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    body_read_s: float | None = Field(30.0, gt=0)
+    """A turn's whole body must arrive within this, else 408; its turn slots are taken only after."""
     max_rederived_turns: int = Field(32, ge=0)
     """Past turns of one request the store does not know, at most (each costs a route hop)."""
 
@@ -128,6 +134,8 @@ class TimeoutArgs(_Strict):
     first_token_s: float = Field(120.0, gt=0)
     """From an engine call to its first token (queueing and prefill are in it)."""
     inter_token_s: float = Field(30.0, gt=0)
+    turn_s: float = Field(600.0, gt=0)
+    """A whole turn, at most: its route hop, the summaries it re-derives and its answer."""
     summary_s: float = Field(120.0, gt=0)
     """One summary attempt, at most."""
 
@@ -256,6 +264,10 @@ class AppArgs(_Strict):
 
     @model_validator(mode="after")
     def _topology(self) -> "AppArgs":
+        if self.store.kind == "sqlite" and self.ingress.num_replicas > 1:
+            raise ValueError(f"store.kind 'sqlite' is one file on one node: {self.ingress.num_replicas} ingress "
+                             "replicas cannot share it (each would hold its own conversations); use store.kind "
+                             "'redis' or one ingress replica")
         if self.disaggregated:
             if self.prefill is None or self.decode is None:
                 raise ValueError("a disaggregated profile needs both 'prefill' and 'decode'")

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 
 from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest, EngineUnavailable
-from macaron_ray.engine.openai_http import StreamAccumulator, request_body
+from macaron_ray.engine.openai_http import StreamAccumulator, request_body, text_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +122,13 @@ def sse_payloads(item) -> list[str]:
 
 class ServeHandleEngine:
     def __init__(self, handle, *, watch: ReplicaWatch | None = None, also_needs: tuple[str, ...] = (),
-                 priority: bool = False):
+                 priority: bool = False, tool_call_parser: str | None = None):
         """`also_needs`: deployments the handle's own calls go through (the decode server calls
         prefill); while any of them has no running replica, requests fail at once too.
-        `priority`: the engine schedules by priority; requests carry theirs."""
+        `priority`: the engine schedules by priority; requests carry theirs.
+        `tool_call_parser`: the engine's; see `OpenAIHTTPEngine`."""
         self._priority = priority
+        self._tool_call_parser = tool_call_parser
         self._handle = handle.options(stream=True)
         self._deployment = handle.deployment_name
         self._needs = (handle.deployment_name, *also_needs)
@@ -139,22 +141,35 @@ class ServeHandleEngine:
 
         if self._watch is not None and (missing := await self._watch.first_unavailable(self._needs)):
             raise EngineUnavailable(f"{missing} has no running replica")
-        body = ChatCompletionRequest(**request_body(request, priority=self._priority))
-        acc = StreamAccumulator()
+        text_calls = text_tool_calls(request, self._tool_call_parser)
         try:
-            async for item in self._handle.chat.remote(body):
+            body = ChatCompletionRequest(**request_body(request, priority=self._priority, text_calls=text_calls))
+        except Exception as exc:  # vLLM's own validators (VLLMValidationError, pydantic's): the request as given
+            raise EngineError(f"the engine's request model refused the request: {type(exc).__name__}",
+                              retryable=False, status=400) from exc
+        acc = StreamAccumulator(text_calls=text_calls)
+        answer = self._handle.chat.remote(body)
+        finished = False
+        try:
+            async for item in answer:
                 for data in sse_payloads(item):
                     if data == "[DONE]":
                         continue
                     delta = acc.feed(json.loads(data))
                     if delta is not None:
                         yield delta
+            finished = True
         except (RayActorError, DeploymentUnavailableError, BackPressureError) as exc:
             raise EngineUnavailable(f"{self._deployment} unavailable: {type(exc).__name__}") from exc
         except RayTaskError as exc:
             if not engine_dead(exc):
                 raise
             raise EngineUnavailable(f"{self._deployment}: its engine died and is being replaced") from exc
+        finally:
+            if not finished:
+                # Abandoned (a disconnect, a deadline, an error): cancel the replica's generator, which
+                # aborts the engine request. Dropping the handle's generator alone leaves it decoding.
+                answer.cancel()
         yield acc.final()
 
 

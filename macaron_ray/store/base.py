@@ -49,6 +49,11 @@ class ConversationStore(Protocol):
         """The cached metadata of a turn, or None (a miss is normal: the caller re-derives)."""
         ...
 
+    async def get_turns(self, tenant: str, keys: list[str]) -> list[TurnMeta | None]:
+        """`get_turn` of each of `keys` in one round trip (a long conversation costs no more round trips
+        than a short one), results in the order of `keys`."""
+        ...
+
     async def put_turn(self, tenant: str, key: str, meta: TurnMeta) -> bool:
         """Insert if absent. True if this call wrote it."""
         ...

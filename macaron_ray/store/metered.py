@@ -27,6 +27,9 @@ class MeteredStore:
     async def get_turn(self, tenant: str, key: str) -> TurnMeta | None:
         return await self._call("get_turn", self.inner.get_turn(tenant, key))
 
+    async def get_turns(self, tenant: str, keys: list[str]) -> list[TurnMeta | None]:
+        return await self._call("get_turns", self.inner.get_turns(tenant, keys))
+
     async def put_turn(self, tenant: str, key: str, meta: TurnMeta) -> bool:
         return await self._call("put_turn", self.inner.put_turn(tenant, key, meta))
 

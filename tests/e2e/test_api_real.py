@@ -11,6 +11,7 @@ import pytest
 from macaron_ray.adapters.manifest import Manifest
 from macaron_ray.api.tokens import TemplateTokenCounter
 from macaron_ray.core.registry import SpecialistRegistry
+from macaron_ray.engine.local_server import TOOL_CALL_PARSER
 from macaron_ray.engine.openai_http import OpenAIHTTPEngine
 from tests.unit.api_server import start_api
 
@@ -23,7 +24,8 @@ BOOK = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def api(engine, base_model_dir, tmp_path_factory):
-    running = start_api(OpenAIHTTPEngine(engine.spec.base_url), TemplateTokenCounter.embedded(base_model_dir),
+    running = start_api(OpenAIHTTPEngine(engine.spec.base_url, tool_call_parser=TOOL_CALL_PARSER),
+                        TemplateTokenCounter.embedded(base_model_dir),
                         tmp_path_factory.mktemp("api") / "state.db", registry=SpecialistRegistry.from_manifest(),
                         context_tokens=engine.spec.max_model_len)
     yield running
@@ -77,6 +79,64 @@ def test_chat_tool_round_trip_with_the_personal_agent(oai, private_names):
     second = oai.chat.completions.create(model=PUBLIC, messages=msgs, tools=[BOOK], max_tokens=48)
     assert second.choices[0].message.content and not second.choices[0].message.tool_calls
     no_private(first.model_dump_json() + second.model_dump_json(), private_names)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER_RESULT = '{"city": "Paris", "temp_c": 22, "sky": "sunny"}'
+
+
+def _answered(text: str | None, calls) -> bool:
+    return bool((text or "").strip()) or bool(calls)
+
+
+def test_a_forced_call_then_its_result_is_answered_on_chat(oai, private_names):
+    """Found by hand on 2026-12-07: after the tool result the answer was empty, its tokens
+    generated and dropped by the engine's streaming tool parser. Whatever the specialist writes
+    now reaches the client: a call it makes, or its words."""
+    msgs = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    first = oai.chat.completions.create(model=PUBLIC, messages=msgs, tools=[WEATHER], tool_choice="required",
+                                        max_tokens=64)
+    calls = first.choices[0].message.tool_calls
+    assert first.choices[0].finish_reason == "tool_calls" and len(calls) == 1, first.choices[0].message
+    assert calls[0].function.name == "get_weather"
+    msgs += [first.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": calls[0].id, "content": WEATHER_RESULT}]
+    for temperature in (0.0, 0.7):
+        second = oai.chat.completions.create(model=PUBLIC, messages=msgs, tools=[WEATHER], max_tokens=48,
+                                             temperature=temperature, seed=7)
+        message = second.choices[0].message
+        print(f"t={temperature}: {second.usage.completion_tokens} tokens -> {message.content!r} {message.tool_calls}")
+        assert _answered(message.content, message.tool_calls), (temperature, second)
+        streamed = list(oai.chat.completions.create(model=PUBLIC, messages=msgs, tools=[WEATHER], max_tokens=48,
+                                                    temperature=temperature, seed=7, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        calls = [t for c in streamed if c.choices for t in c.choices[0].delta.tool_calls or ()]
+        assert _answered(text, calls), (temperature, streamed)
+        no_private(second.model_dump_json() + "".join(c.model_dump_json() for c in streamed), private_names)
+
+
+def test_a_forced_tool_use_then_its_result_is_answered_on_messages(claude, private_names):
+    tools = [{"name": "get_weather", "description": "The current weather in a city.",
+              "input_schema": WEATHER["function"]["parameters"]}]
+    msgs = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    first = claude.messages.create(model=PUBLIC, max_tokens=64, tools=tools, tool_choice={"type": "any"},
+                                   messages=msgs)
+    uses = [b for b in first.content if b.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather", first
+    msgs += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
+                                           "content": WEATHER_RESULT}]}]
+    second = claude.messages.create(model=PUBLIC, max_tokens=48, tools=tools, messages=msgs)
+    text = "".join(b.text for b in second.content if b.type == "text")
+    print(f"{second.usage.output_tokens} tokens -> {text!r}")
+    assert _answered(text, [b for b in second.content if b.type == "tool_use"]), second
+    with claude.messages.stream(model=PUBLIC, max_tokens=48, tools=tools, messages=msgs) as stream:
+        final = stream.get_final_message()
+    assert _answered("".join(b.text for b in final.content if b.type == "text"),
+                     [b for b in final.content if b.type == "tool_use"]), final
+    no_private(second.model_dump_json() + final.model_dump_json(), private_names)
 
 
 def test_responses_chain_and_messages_stream(oai, claude, private_names):

@@ -91,8 +91,32 @@ def greedy(deployment, models):
     return {name: asyncio.run(one(model)) for name, model in models.items()}
 
 
+def usage(deployment, model, prompt, salt):
+    # One streamed chat on the deployment, under `salt`: its usage chunk.
+    from ray import serve
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    from macaron_ray.serve.handle_engine import sse_payloads
+
+    handle = serve.get_deployment_handle(deployment, "macaron").options(stream=True)
+
+    async def one():
+        body = ChatCompletionRequest(model=model, messages=prompt, max_tokens=4, temperature=0.0, stream=True,
+                                     stream_options={"include_usage": True}, cache_salt=salt)
+        found = None
+        async for item in handle.chat.remote(body):
+            for data in sse_payloads(item):
+                if data != "[DONE]" and json.loads(data).get("usage"):
+                    found = json.loads(data)["usage"]
+        return found
+
+    return asyncio.run(one())
+
+
 if spec["op"] == "greedy":
     result = greedy(spec["deployment"], spec["models"])
+elif spec["op"] == "usage":
+    result = usage(spec["deployment"], spec["model"], spec["prompt"], spec["salt"])
 else:
     ray.kill(ray.get_actor(spec["actor"], namespace="serve"), no_restart=True)
     result = None
@@ -217,6 +241,113 @@ def test_nixl_reports_successful_transfers(cluster, pd):
         after, failed = counts()
     assert after >= before + 2, (before, after)
     assert not failed, failed
+
+
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Each sample of metric `name` (a counter with or without `_total`): its labels and value."""
+    out = []
+    for line in text.splitlines():
+        match = re.match(re.escape(name) + r"(?:_total)?\{(.*)\} (\S+)$", line)
+        if match:
+            out.append((dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(1))), float(match.group(2))))
+    return out
+
+
+def _engine_sum(cluster, deployment: str, metric: str) -> float:
+    """`metric` of the vLLM engines of one Serve deployment, summed over its replicas (vLLM's series
+    carry the replica's id; Serve's health gauge maps replica ids to deployments)."""
+    text = cluster.metrics_text()
+    replicas = {labels["replica"] for labels, _ in _samples(text, "ray_serve_deployment_replica_healthy")
+                if labels.get("deployment") == deployment}
+    return sum(value for labels, value in _samples(text, metric) if labels.get("ReplicaId") in replicas)
+
+
+def _settled_sum(cluster, deployment: str, metric: str, quiet_s: float = 12, timeout_s: float = 120) -> float:
+    """`_engine_sum` once it has not changed for `quiet_s` (Ray exports every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    value, since = _engine_sum(cluster, deployment, metric), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = _engine_sum(cluster, deployment, metric)
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return value
+    raise TimeoutError(f"{metric} of {deployment} kept changing: {value}")
+
+
+def test_cached_tokens_are_the_prefill_engines_prefix_cache_hits(cluster, pd):
+    """Found by hand on 2026-12-07: the decode engine counted the KV that NIXL brought as cached,
+    so a prompt never sent before reported all its tokens cached. Each answer's `cached_tokens` is
+    now the prefill engine's own prefix-cache hits, read from its counter; a tenant's repeat hits,
+    and another tenant's copy of the same prompt (another cache salt) hits nothing."""
+    args, _ = pd
+    prefill, decode = args.deployment_name("prefill"), args.deployment_name("decode")
+    model = next(a.adapter_id for a in args.adapter_list() if a.label == "L2")
+    prompt = [{"role": "user", "content": f"Write a Python function that sorts a list of {time.time_ns()} "
+                                          "names by their length, then alphabetically, and explain it briefly."}]
+    hits = _settled_sum(cluster, prefill, "ray_vllm_prefix_cache_hits")
+    seen = []
+    for salt in ("tenant-a", "tenant-a", "tenant-b"):
+        usage = _driver(cluster, "usage", deployment=decode, model=model, prompt=prompt, salt=salt)
+        now = _settled_sum(cluster, prefill, "ray_vllm_prefix_cache_hits")
+        seen.append((usage["prompt_tokens_details"]["cached_tokens"], now - hits, usage["prompt_tokens"]))
+        hits = now
+    print("cached_tokens, prefill hits, prompt tokens:", seen)
+    for cached, prefill_hits, _ in seen:
+        assert cached == prefill_hits
+    (first, _, prompt_tokens), (repeat, _, _), (other, _, _) = seen
+    assert first == 0 and other == 0
+    assert prompt_tokens - 32 <= repeat < prompt_tokens  # every whole 32-token block but the last token's
+
+
+def _abandon(url: str, words: int = 3) -> None:
+    """A streamed chat turn with a long answer, left after its first few words."""
+    body = {"model": PUBLIC, "max_tokens": 400, "stream": True, "temperature": 0.7,
+            "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper and a storm."}]}
+    seen = 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as resp:
+        for line in resp.iter_lines():
+            if '"content":"' in line.replace(" ", "") and '"content":""' not in line.replace(" ", ""):
+                seen += 1
+                if seen >= words:
+                    break
+
+
+def assert_abandoned_answers_stop_decoding(cluster, url: str, deployment: str) -> None:
+    """A client that walks away: its engine request is aborted, not decoded to `max_tokens`. The
+    engine's own counters: no request left running, and far fewer tokens generated than the
+    answer would have taken (400 at most; the few delivered plus about a second's worth)."""
+    generated = _settled_sum(cluster, deployment, "ray_vllm_generation_tokens")
+    _abandon(url)
+    assert _settled_sum(cluster, deployment, "ray_vllm_num_requests_running") == 0
+    after = _settled_sum(cluster, deployment, "ray_vllm_generation_tokens")
+    print(f"{deployment}: {after - generated:.0f} tokens generated for an answer abandoned after 3 words")
+    assert after - generated < 60, (generated, after)
+
+
+def test_an_abandoned_answer_frees_the_decode_engine(cluster, pd):
+    args, url = pd
+    assert_abandoned_answers_stop_decoding(cluster, url, args.deployment_name("decode"))
+
+
+def test_a_forced_call_then_its_result_is_answered_through_serve(pd):
+    """The tool round trip of the standalone tier, through PD and the Serve handles."""
+    _, url = pd
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    msgs = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0) as client:
+        first = client.chat.completions.create(model=PUBLIC, messages=msgs, tools=[weather], tool_choice="required",
+                                               max_tokens=64)
+        calls = first.choices[0].message.tool_calls
+        assert first.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+        msgs += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 22, "sky": "sunny"}'}]
+        second = client.chat.completions.create(model=PUBLIC, messages=msgs, tools=[weather], max_tokens=48)
+    message = second.choices[0].message
+    assert (message.content or "").strip() or message.tool_calls, second
 
 
 def _deployment_running(cluster, name: str) -> int:
@@ -378,13 +509,28 @@ def assert_greedy_equal(pd: Greedy, aggregated: Greedy, *, tie_nats: float = 0.2
     return "equal"
 
 
-def test_pd_output_equals_the_aggregated_topology_token_for_token(cluster, pd, pd_outputs, tmp_path):
-    config, args = _config("local-cpu-aggregated.yaml", tmp_path / "aggregated.yaml", free_port())
+@pytest.fixture(scope="module")
+def aggregated(cluster, pd, pd_outputs, tmp_path_factory):
+    """The aggregated profile, deployed on the same cluster in place of PD (after PD's tests). Serve's
+    HTTP proxy keeps the port it started with: the application answers on PD's URL."""
+    _, url = pd
+    config, args = _config("local-cpu-aggregated.yaml", tmp_path_factory.mktemp("agg") / "aggregated.yaml",
+                           int(url.rsplit(":", 1)[1]))
     cluster.serve_deploy(config)
     cluster.wait_running("macaron", args.deployment_names(), timeout_s=900)
+    return args, url
+
+
+def test_pd_output_equals_the_aggregated_topology_token_for_token(cluster, pd_outputs, aggregated):
+    args, _ = aggregated
     assert _replica_nodes(cluster)[args.deployment_name("answer")] == {node_type_resource("cpu-worker")}
     aggregated = _greedy(cluster, args)
     verdicts = {name: assert_greedy_equal(pd_outputs[name], aggregated[name]) for name in pd_outputs}
     print("PD vs aggregated:", verdicts)
     # Ties are rare: most answers must match to the last token.
     assert sum(v == "equal" for v in verdicts.values()) >= 4, verdicts
+
+
+def test_an_abandoned_answer_frees_the_aggregated_engine(cluster, aggregated):
+    args, url = aggregated
+    assert_abandoned_answers_stop_decoding(cluster, url, args.deployment_name("answer"))

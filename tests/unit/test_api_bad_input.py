@@ -26,6 +26,20 @@ SURFACES = {
                                                "messages": [{"role": "user", "content": "hi"}], **kw}),
 }
 
+def _tools_of(surface: str):
+    """`tools` with one function `f` in `surface`'s shape, its parameters schema given (or a plain one)."""
+    def tools(schemas=({"type": "object", "properties": {"city": {"type": "string"}}},)) -> dict:
+        schema = schemas[0]
+        if surface == "chat":
+            return {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}]}
+        if surface == "responses":
+            return {"tools": [{"type": "function", "name": "f", "parameters": schema}]}
+        return {"tools": [{"name": "f", "input_schema": schema}]}
+    return tools
+
+
+TOOLS_OF = {s: _tools_of(s) for s in SURFACES}
+
 # case -> surface -> (raw body bytes, expected status)
 CASES = {
     "malformed json": {s: (b'{"model": "x", ', 400) for s in SURFACES},
@@ -73,6 +87,43 @@ CASES = {
         "chat": (SURFACES["chat"][1](messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400),
         "responses": (SURFACES["responses"][1](input=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400),
         "messages": (SURFACES["messages"][1](messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), 400)},
+    "a non-finite number": {s: (json.dumps(SURFACES[s][1](metadata={"k": "v"})).replace('"v"', "NaN").encode(), 400)
+                            for s in SURFACES},
+    "a float beyond a double": {s: (json.dumps(SURFACES[s][1](metadata={"k": "v"})).replace('"v"', "-1e999").encode(),
+                                    400) for s in SURFACES},
+    "Infinity in a tool parameter's default": {s: (json.dumps(SURFACES[s][1](**TOOLS_OF[s]([{"type": "object", "properties": {
+        "days": {"type": "number", "default": "INF"}}}]))).replace('"INF"', "Infinity").encode(), 400) for s in SURFACES},
+    "tool_choice naming a function not in tools": {
+        "chat": (SURFACES["chat"][1](**TOOLS_OF["chat"](), tool_choice={"type": "function", "function": {"name": "nope"}}),
+                 400),
+        "responses": (SURFACES["responses"][1](**TOOLS_OF["responses"](), tool_choice={"type": "function", "name": "nope"}),
+                      400),
+        "messages": (SURFACES["messages"][1](**TOOLS_OF["messages"](), tool_choice={"type": "tool", "name": "nope"}), 400)},
+    "tool_choice of an unknown shape": {
+        "chat": (SURFACES["chat"][1](**TOOLS_OF["chat"](), tool_choice={"type": "custom", "custom": {"name": "f"}}), 400),
+        "responses": (SURFACES["responses"][1](**TOOLS_OF["responses"](), tool_choice={"type": "file_search"}), 400),
+        "messages": (SURFACES["messages"][1](**TOOLS_OF["messages"](), tool_choice={"type": "anything"}), 400)},
+    "a forced tool without tools": {
+        "chat": (SURFACES["chat"][1](tool_choice="required"), 400),
+        "responses": (SURFACES["responses"][1](tool_choice={"type": "function", "name": "f"}), 400),
+        "messages": (SURFACES["messages"][1](tool_choice={"type": "any"}), 400)},
+    "a tool schema whose properties is a list": {s: (SURFACES[s][1](**TOOLS_OF[s]([{"type": "object", "properties": []}])),
+                                                     400) for s in SURFACES},
+    "a tool schema that is not an object": {s: (SURFACES[s][1](**TOOLS_OF[s](["string"])), 400) for s in SURFACES},
+    "malformed tool-call arguments in the history": {
+        "chat": (SURFACES["chat"][1](messages=[
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                  "function": {"name": "f", "arguments": "oops"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"}]), 400),
+        "responses": (SURFACES["responses"][1](input=[
+            {"role": "user", "content": "x"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "[1, 2]"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r"}]), 400),
+        "messages": (SURFACES["messages"][1](messages=[
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": "oops"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}]), 400)},
     "bad sampling value": {"chat": (SURFACES["chat"][1](temperature=9), 400),
                            "responses": (SURFACES["responses"][1](max_output_tokens=0), 400),
                            "messages": (SURFACES["messages"][1](top_p=3), 400)},

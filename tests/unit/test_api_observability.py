@@ -129,14 +129,14 @@ def test_a_store_failure_is_a_retryable_503_in_the_surface_envelope(api):
     async def broken(*args):
         raise OSError("database is locked")
 
-    api.store.get_turn = broken
+    api.store.get_turn = api.store.get_turns = broken
     body = {"model": PUBLIC_MODEL, "messages": [*CHAT, {"role": "assistant", "content": "x"},
                                                 {"role": "user", "content": "more code"}]}
     resp = httpx.post(api.base_url + "/v1/chat/completions", json=body)
     assert resp.status_code == 503 and resp.headers["retry-after"]
     assert resp.json()["error"]["code"] == "store_unavailable"
     assert "locked" not in resp.text
-    assert value(api, M.STORE_ERRORS, operation="get_turn") == 1
+    assert value(api, M.STORE_ERRORS, operation="get_turns") == 1
     assert value(api, M.REQUESTS, surface="chat", status_class="5xx") == 1
 
 

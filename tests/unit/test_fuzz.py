@@ -155,3 +155,77 @@ def test_fuzzed_requests_get_no_5xx_their_surfaces_envelope_and_store_nothing_wh
         check(api, surface, body)
 
     run()
+
+
+# -- the classes issue 31 found: tools, tool choices, tool-call arguments, non-finite numbers ----
+
+EDGE_CASES_PER_SURFACE = 300
+NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e999", "-2.5e400")
+SLOT = "__NUMBER_SLOT__"
+"""A string the body's JSON text then carries as a non-finite number literal."""
+schemas = st.fixed_dictionaries(
+    {"type": st.sampled_from(["object", "string"]) | json_values},
+    optional={"properties": json_values | st.dictionaries(st.text(max_size=6), json_values | st.just(
+        {"type": "number", "default": SLOT}), max_size=3), "required": json_values}) | json_values
+names = st.sampled_from(["f", "get_weather", "other", ""]) | json_values
+choices = (st.sampled_from(["none", "auto", "required", "any", "tool"]) | json_values
+           | st.fixed_dictionaries({"type": st.sampled_from(["function", "tool", "any", "auto", "none", "custom",
+                                                             "file_search", "allowed_tools"])},
+                                   optional={"name": names, "function": json_values | st.fixed_dictionaries(
+                                       {"name": names})}))
+arguments = (st.sampled_from(["oops", "", "{}", "[1, 2]", "null", '{"a": NaN}', '{"a": 1e999}', '{"a": 1}'])
+             | st.text(max_size=12) | json_values.map(json.dumps))
+
+
+def _tools(surface: str, name, schema) -> list:
+    if surface == "chat":
+        return [{"type": "function", "function": {"name": name, "parameters": schema}}]
+    if surface == "responses":
+        return [{"type": "function", "name": name, "parameters": schema}]
+    return [{"name": name, "input_schema": schema}]
+
+
+def _called(surface: str, args) -> dict:
+    """A history with one call of `f` (its arguments `args`) and its result."""
+    if surface == "chat":
+        return {"messages": [{"role": "user", "content": "tool:f go"},
+                             {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                                   "function": {"name": "f", "arguments": args}}]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+    if surface == "responses":
+        return {"input": [{"role": "user", "content": "tool:f go"},
+                          {"type": "function_call", "call_id": "c1", "name": "f", "arguments": args},
+                          {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+    try:
+        value = json.loads(args) if isinstance(args, str) else args
+    except ValueError:
+        value = args
+    return {"messages": [{"role": "user", "content": "tool:f go"},
+                         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": value}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}
+
+
+@st.composite
+def edge_bodies(draw, surface: str) -> bytes:
+    body = dict(_valid(surface))
+    if draw(st.booleans()):
+        body["tools"] = _tools(surface, draw(names), draw(schemas))
+    if surface != "count_tokens" and draw(st.booleans()):
+        body["tool_choice"] = draw(choices)
+    if draw(st.booleans()):
+        body.update(_called(surface if surface != "count_tokens" else "messages", draw(arguments)))
+    if draw(st.booleans()):
+        body[draw(st.sampled_from(["metadata", "temperature", "seed", "top_p", "x"]))] = {"k": SLOT} \
+            if draw(st.booleans()) else SLOT
+    return json.dumps(body).replace(f'"{SLOT}"', draw(st.sampled_from(NON_FINITE))).encode()
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+def test_tools_choices_arguments_and_non_finite_numbers_never_reach_a_5xx(api, surface):
+    @settings(max_examples=EDGE_CASES_PER_SURFACE, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(body=edge_bodies(surface))
+    def run(body):
+        check(api, surface, body)
+
+    run()

@@ -26,7 +26,8 @@ from macaron_ray.serve.validate import IMPORT_PATH, engine_world_size
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = k8s.CHART_DIR
-KUBERAY_CRDS = ROOT.parent / "shared" / "schemas" / "kuberay-v1.7.0"
+KUBERAY_CRDS = ROOT / "tests" / "schemas" / "kuberay-v1.7.0"
+"""KubeRay's published CRDs, vendored (their README says from where)."""
 VALUES_FILES = sorted(CHART.glob("values-*.yaml"))
 KUBE_VERSIONS = ("1.29.0", "1.37.0")
 """The chart's oldest Kubernetes (Chart.yaml kubeVersion) and the newest kubernetes-validate ships."""
@@ -175,7 +176,7 @@ def crd_validator(plural: str):
     import jsonschema
 
     path = KUBERAY_CRDS / f"ray.io_{plural}.yaml"
-    assert path.exists(), f"the KubeRay v1.7.0 CRDs are in {KUBERAY_CRDS} (shared/ beside the checkout)"
+    assert path.exists(), f"the KubeRay v1.7.0 CRDs are vendored in {KUBERAY_CRDS}"
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))

@@ -206,14 +206,17 @@ class BrokenStore(SQLiteStore):
     async def get_turn(self, tenant, key):
         raise OSError("disk gone")
 
+    async def get_turns(self, tenant, keys):
+        raise OSError("disk gone")
+
 
 def test_store_failures_are_counted_by_operation_and_roll_the_turn_back(tmp_path):
     runner = TurnRunner(registry(), FakeEngine(), BrokenStore(tmp_path / "state.db"))
 
     async def scenario():
-        with pytest.raises(StoreError, match="get_turn failed"):
+        with pytest.raises(StoreError, match="get_turns failed"):
             await run_turn(runner, [user("write code"), assistant("x"), user("more code")])
-        assert value(runner, M.STORE_ERRORS, operation="get_turn") == 1
+        assert value(runner, M.STORE_ERRORS, operation="get_turns") == 1
         assert value(runner, M.ROLLBACKS, cause="store_error", surface="chat") == 1
     asyncio.run(scenario())
 

@@ -226,6 +226,12 @@ def test_a_cpu_profile_cannot_use_a_cuda_kv_buffer(tmp_path):
          "kv_buffer_device")
 
 
+def test_a_sqlite_store_is_refused_with_more_than_one_ingress_replica(tmp_path):
+    """Limits and conversations are per replica with SQLite: one file on one node cannot be shared."""
+    _one(_problems(tmp_path, lambda doc, args: args["ingress"].update(num_replicas=2), name="local-cpu.yaml"),
+         "store.kind 'sqlite' is one file on one node")
+
+
 def test_topology_keys_are_refused_in_engine_kwargs(tmp_path):
     _one(_problems(tmp_path, lambda doc, args: args["engine_kwargs"].update(max_loras=8)),
          "max_loras is set by the topology")

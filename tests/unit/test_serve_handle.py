@@ -49,7 +49,21 @@ class FakeHandle:
 
     def remote(self, body):
         self.bodies.append(body)
-        return self._stream()
+        self.response = FakeResponse(self._stream())
+        return self.response
+
+
+class FakeResponse:
+    """A DeploymentResponseGenerator: iterates the replica's stream; `cancel()` cancels it there."""
+
+    def __init__(self, stream):
+        self._stream, self.cancelled = stream, False
+
+    def __aiter__(self):
+        return self._stream
+
+    def cancel(self):
+        self.cancelled = True
 
 
 async def _collect(engine, request):
@@ -265,3 +279,55 @@ def test_profile_errors_name_the_problem(change, message):
     args.update(change)
     with pytest.raises(ValueError, match=message):
         AppArgs.model_validate(args)
+
+
+def test_an_abandoned_answer_is_cancelled_in_its_replica():
+    """A client gone or a deadline passed: the replica's generator is cancelled (which aborts the
+    engine request), not left decoding; a stream read to its end is not."""
+    async def first_then_leave(engine, request):
+        stream = engine.stream(request)
+        first = await anext(stream)
+        await stream.aclose()
+        return first
+
+    request = EngineRequest(adapter="a", messages=[{"role": "user", "content": "hi"}])
+    handle = FakeHandle([_sse(_delta("Hel")), _sse(_delta("lo", "stop"))])
+    assert asyncio.run(first_then_leave(ServeHandleEngine(handle), request)).text == "Hel"
+    assert handle.response.cancelled
+    handle = FakeHandle([_sse(_delta("Hel")), _sse(_delta("lo", "stop"))])
+    asyncio.run(_collect(ServeHandleEngine(handle), request))
+    assert not handle.response.cancelled
+    handle = FakeHandle([_sse(_delta("Hel"))], error=RuntimeError("boom"))
+    with pytest.raises(RuntimeError):
+        asyncio.run(_collect(ServeHandleEngine(handle), request))
+    assert handle.response.cancelled
+
+
+def test_a_request_vllms_model_refuses_is_a_400_engine_error_not_a_crash():
+    """vLLM's request validators raise its own VLLMValidationError (not pydantic's) on the Serve
+    path: the API answers it as the engine refusing the request (400), never a 500."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    request = EngineRequest(adapter="a", messages=[{"role": "user", "content": "hi"}], tools=tools,
+                            tool_choice={"type": "function", "function": {"name": "g"}})
+    handle = FakeHandle()
+    with pytest.raises(EngineError) as err:
+        asyncio.run(_collect(ServeHandleEngine(handle), request))
+    assert err.value.status == 400 and not err.value.retryable and handle.bodies == []
+
+
+def test_decode_usage_reports_the_prefill_engines_cache_hits():
+    from ray.serve.llm.openai_api_models import ChatCompletionResponse
+
+    from macaron_ray.serve.pd import with_cached_tokens
+
+    usage = {"id": "c", "choices": [], "usage": {"prompt_tokens": 79, "completion_tokens": 3, "total_tokens": 82,
+                                                  "prompt_tokens_details": {"cached_tokens": 79}}}
+    text = _sse(_delta("x")) + _sse(usage)
+    patched = with_cached_tokens([_sse(_delta("hi")), text], 32)
+    assert patched[0] == _sse(_delta("hi"))
+    chunks = [json.loads(p) for p in sse_payloads(patched)]
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 32
+    assert chunks[-1]["usage"]["prompt_tokens"] == 79 and chunks[1] == _delta("x")
+    whole = ChatCompletionResponse(id="c", model="m", created=0, choices=[], usage={
+        "prompt_tokens": 79, "completion_tokens": 1, "total_tokens": 80, "prompt_tokens_details": {"cached_tokens": 79}})
+    assert with_cached_tokens(whole, 0).usage.prompt_tokens_details.cached_tokens == 0

@@ -141,3 +141,85 @@ def test_sqlite_purges_expired_rows_and_upgrades_an_old_file(tmp_path, monkeypat
     asyncio.run(scenario())
     with sqlite3.connect(path) as db:
         assert sorted(k for (k,) in db.execute("SELECT key FROM turns")) == ["newer", "old"]
+
+
+def test_get_turns_reads_many_keys_in_order_with_none_for_misses(make_store):
+    # More keys than one MGET chunk (Redis) and one IN (...) query (SQLite) hold.
+    async def scenario():
+        store = make_store()
+        a, b = tenant_id("key-a"), tenant_id("key-b")
+        keys = [f"k{i}" for i in range(1200)]
+        for i in range(0, 1200, 3):
+            assert await store.put_turn(a, keys[i], TurnMeta(label=f"L{i % 4}", answer_sha=str(i)))
+        await store.put_turn(b, "k1", TurnMeta(label="L1"))  # another tenant's key: a miss for `a`
+        wanted = [*reversed(keys), "absent", "k0"]
+        expected = [TurnMeta(label=f"L{int(k[1:]) % 4}", answer_sha=k[1:]) if k[1:].isdigit() and int(k[1:]) % 3 == 0
+                    else None for k in wanted]
+        assert await store.get_turns(a, wanted) == expected
+        assert await store.get_turns(a, []) == []
+        await store.close()
+    asyncio.run(scenario())
+
+
+def test_sqlite_purge_finds_expired_rows_through_an_index_in_new_and_old_files(tmp_path):
+    import sqlite3
+
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:  # the schema before rows expired: no `expires` column, no index
+        db.execute("CREATE TABLE turns (tenant TEXT NOT NULL, key TEXT NOT NULL, meta TEXT NOT NULL, "
+                   "PRIMARY KEY (tenant, key)) WITHOUT ROWID")
+        db.execute("CREATE TABLE responses (tenant TEXT NOT NULL, id TEXT NOT NULL, doc TEXT NOT NULL, "
+                   "PRIMARY KEY (tenant, id)) WITHOUT ROWID")
+    for path in (tmp_path / "new.db", old):
+        store = SQLiteStore(path, ttl_s=60)
+        for table in ("turns", "responses"):
+            assert f"{table}_expires" in {row[1] for row in store._db.execute(f"PRAGMA index_list({table})")}
+            plan = " ".join(row[3] for row in store._db.execute(
+                f"EXPLAIN QUERY PLAN DELETE FROM {table} WHERE expires <= ?", (0.0,)))
+            assert f"INDEX {table}_expires" in plan, plan
+        asyncio.run(store.close())
+
+
+class _WatchedConnection:
+    """A store's connection that records, at each use of it or of a cursor it made, whether the
+    store's lock is held (the test runs one operation at a time, so a held lock is that operation's)."""
+
+    def __init__(self, db, lock):
+        self._db, self._lock, self.held = db, lock, []
+
+    def execute(self, *args):
+        self.held.append(("execute", self._lock.locked()))
+        return _WatchedCursor(self._db.execute(*args), self)
+
+    def close(self):
+        self._db.close()
+
+
+class _WatchedCursor:
+    def __init__(self, cursor, conn: _WatchedConnection):
+        self._cursor, self._conn = cursor, conn
+
+    def __getattr__(self, name):  # fetchone, fetchall, rowcount, ...
+        self._conn.held.append((name, self._conn._lock.locked()))
+        return getattr(self._cursor, name)
+
+
+def test_sqlite_uses_its_connection_and_fetches_rows_only_under_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr("macaron_ray.store.sqlite.PURGE_EVERY_S", 0.0)  # the purge runs on every write
+    store = SQLiteStore(tmp_path / "s.db", ttl_s=60)
+    watched = store._db = _WatchedConnection(store._db, store._lock)
+
+    async def scenario():
+        t = tenant_id("k")
+        assert await store.put_turn(t, "k1", TurnMeta(label="L1"))
+        assert await store.get_turn(t, "k1") == TurnMeta(label="L1")
+        assert await store.set_summary(t, "k1", "s", None)
+        await store.put_response(t, "r1", {"id": "r1"})
+        assert await store.get_response(t, "r1") == {"id": "r1"}
+        assert await store.delete_response(t, "r1")
+        assert await store.get_turns(t, ["k1", "k2"]) == [TurnMeta(label="L1", summary="s"), None]
+    asyncio.run(scenario())
+    asyncio.run(store.close())
+    used = {name for name, _ in watched.held}
+    assert {"execute", "rowcount"} <= used and used & {"fetchone", "fetchall"}, used
+    assert [use for use in watched.held if not use[1]] == []
