@@ -115,6 +115,8 @@ class Gate:
                 if self.limits.requests_per_s is not None:
                     self._take_token(tenant, self.limits.requests_per_s, self.limits.burst)
                 receive = await self._buffered(receive, headers)
+                if receive is None:
+                    return  # the client left before its body was whole: no one to answer
                 self._admit(tenant)
         except APIError as err:
             count_rejection(self.metrics, path, err)
@@ -149,28 +151,30 @@ class Gate:
 
     async def _buffered(self, receive, headers: Headers):
         """Read the whole body within `body_read_s` and the size limit; a `receive` that gives it
-        back, then hands on to the client's (a route listens there for the disconnect)."""
+        back, then hands on to the client's (a route listens there for the disconnect). None when
+        the client disconnected first."""
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.body_limit_bytes:
             raise _too_large(self.body_limit_bytes)
         chunks, size = [], 0
 
-        async def read() -> None:
+        async def read() -> bool:
             nonlocal size
             while True:
                 message = await receive()
-                if message["type"] != "http.request":  # the client left: the route sees an empty body
-                    return
+                if message["type"] != "http.request":  # http.disconnect
+                    return False
                 size += len(message.get("body", b""))
                 if size > self.body_limit_bytes:
                     raise _too_large(self.body_limit_bytes)
                 chunks.append(message.get("body", b""))
                 if not message.get("more_body", False):
-                    return
+                    return True
 
         try:
             async with asyncio.timeout(self.limits.body_read_s):
-                await read()
+                if not await read():
+                    return None
         except TimeoutError:
             raise APIError(408, f"The request body did not arrive within {self.limits.body_read_s:g} s.",
                            code="request_timeout") from None

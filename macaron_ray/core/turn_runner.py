@@ -236,11 +236,10 @@ class TurnRunner:
                             usage=final.usage, timing=timing, turn_key=current.key)
             delivered = True
             m.turn.observe(timing.turn_s, specialist=label, surface=surface)
-            for key, meta in staged.items():
-                await self.store.put_turn(req.tenant, key, meta)
             if continuation is None:
                 await self._commit(req.tenant, current, label, "".join(text), final.tool_calls, timing, surface,
                                    span)
+            await self._write_staged(req.tenant, staged)
         except BaseException as exc:
             if not delivered and not isinstance(exc, HistoryError):  # a client error: nothing ran
                 m.rollbacks.inc(cause=rollback_cause(exc), surface=surface)
@@ -258,8 +257,12 @@ class TurnRunner:
         m, surface = self.metrics, req.surface
         past = await self._past_metas(req.tenant, history, staged)
         if tool_results:
-            # Tool-result stickiness: back to the specialist that made the call, no route hop.
+            # Tool-result stickiness: back to the specialist that made the call, no route hop. The call
+            # is this turn's answer: when it is not the one committed under the turn's key (a request
+            # that raced it won the commit), it is the turn under its own answer's key (`_commit`).
             meta = await self.store.get_turn(req.tenant, current.key)
+            if meta is not None and meta.answer_sha not in (None, sha := _answer_sha(current)):
+                meta = await self.store.get_turn(req.tenant, answer_key(current.key, sha)) or meta
             if meta is None:
                 meta = staged[current.key] = TurnMeta(label=await self.route(current.user.content or "",
                                                                              tenant=req.tenant))
@@ -277,6 +280,15 @@ class TurnRunner:
         timing.summary_wait_s = time.perf_counter() - started
         m.summary_wait.observe(timing.summary_wait_s, specialist=label, surface=surface)
         return label, past
+
+    async def _write_staged(self, tenant: str, staged: dict[str, TurnMeta]) -> None:
+        """What a delivered turn learned of turns the store lacked. Best effort: each is a cache entry
+        a later request can derive again, and the client already has its answer."""
+        for key, meta in staged.items():
+            try:
+                await self.store.put_turn(tenant, key, meta)
+            except StoreError as exc:
+                logger.warning("%s; a later request derives it again", exc)
 
     async def _commit(self, tenant: str, turn: Turn, label: str, text: str, tool_calls: tuple[ToolCall, ...],
                       timing: HopTiming, surface: str, span: Span) -> None:
@@ -368,11 +380,13 @@ class TurnRunner:
 
     async def _summarize(self, tenant: str, key: str, user_text: str, digest: str, label: str, surface: str,
                          timing: HopTiming | None = None, parent: Span | None = None, *,
-                         write: bool = True) -> str | None:
+                         write: bool = True, attempts: int | None = None) -> str | None:
         """The summary of a turn, stored as its turn's (`write`: the turn is in the store). When
         another request stored one first, that one is returned: every view of the turn then holds
-        the same bytes (a prefix-cache hit), and it is not summarized again."""
-        for attempt in range(1, self.summary_attempts + 1):
+        the same bytes (a prefix-cache hit), and it is not summarized again. `attempts`: default
+        `summary_attempts`; a turn waiting for the summary makes one, then the user message stands in."""
+        attempts = attempts or self.summary_attempts
+        for attempt in range(1, attempts + 1):
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(self.summary_timeout_s):
@@ -383,7 +397,8 @@ class TurnRunner:
                     summary = first.summary if first is not None and first.summary is not None else summary
             except Exception as exc:  # noqa: BLE001 - any failure is retried, then left pending
                 logger.warning("summary attempt %d failed: %s", attempt, type(exc).__name__)
-                await asyncio.sleep(self.summary_retry_delay_s * attempt)
+                if attempt < attempts:
+                    await asyncio.sleep(self.summary_retry_delay_s * attempt)
                 continue
             if timing is not None:
                 timing.summary_s = elapsed
@@ -398,10 +413,12 @@ class TurnRunner:
                           staged: dict[str, TurnMeta]) -> list[tuple[Turn, TurnMeta]]:
         """Each past turn with its meta, read in one store round trip (two when answers were edited).
 
-        A turn the store does not hold gets its label re-derived (a route hop); a turn whose answer
-        is not the one committed (the client regenerated or edited it) is the turn under its
-        answer's own key, which needs a summary of its own. Together they are capped at
-        `max_rederived_turns` per request, checked before any hop runs."""
+        A turn the store does not hold gets its label re-derived by a route hop: the latest
+        `max_rederived_turns` of them in one request, and the entry specialist stands for any older
+        ones (a history from elsewhere, or keyed before an upgrade, is served, never refused). A
+        turn whose answer is not the one committed (the client regenerated or edited it) is the
+        turn under its answer's own key, which needs a summary of its own (`_with_summaries` caps
+        those)."""
         past = history.turns[:-1]
         if not past:
             return []
@@ -411,17 +428,15 @@ class TurnRunner:
             if meta is not None and meta.answer_sha is not None and meta.answer_sha != (sha := _answer_sha(turn)):
                 edited[i] = replace(turn, key=answer_key(turn.key, sha))
         alt = dict(zip(edited, await self.store.get_turns(tenant, [t.key for t in edited.values()]))) if edited else {}
-        unknown = sum(meta is None for meta in metas) + sum(meta is None for meta in alt.values())
-        if unknown > self.max_rederived_turns:
-            raise HistoryError(f"{unknown} earlier turns of this conversation are not known to this server (or "
-                               f"their answers differ from the ones it gave); at most {self.max_rederived_turns} "
-                               f"are re-derived in one request. Send fewer past turns, or continue a "
-                               f"conversation this server answered")
+        unknown = [i for i, meta in enumerate(metas) if meta is None]
+        routed = set(unknown[len(unknown) - self.max_rederived_turns:]) if self.max_rederived_turns else set()
         out = []
         for i, (turn, meta) in enumerate(zip(past, metas)):
             if meta is None:
                 self.metrics.ownview_cache_misses.inc()
-                meta = staged[turn.key] = TurnMeta(label=await self.route(turn.user.content or "", tenant=tenant))
+                label = await self.route(turn.user.content or "", tenant=tenant) if i in routed \
+                    else self.registry.entry_label
+                meta = staged[turn.key] = TurnMeta(label=label)
             elif i in edited:
                 turn, meta = edited[i], alt[i]
                 if meta is None:
@@ -435,8 +450,8 @@ class TurnRunner:
         `max_rederived_turns` of them in one request (a summary engine that keeps failing must not
         make each request run a hop for every past turn)."""
         out = []
-        budget = self.max_rederived_turns  # summary hops this request may run for turns it did not answer
-        for turn, meta in past:
+        budget = self.max_rederived_turns  # summary hops this request may run, the latest turns first
+        for turn, meta in reversed(past):
             if meta.label != label and meta.summary is None:
                 if budget > 0 or (tenant, turn.key) in self._pending:
                     budget -= (tenant, turn.key) not in self._pending
@@ -444,13 +459,13 @@ class TurnRunner:
                 else:  # past the cap: the user message stands in, and a later request may summarize it
                     meta = replace(meta, summary=summary_hop.fallback_summary(turn.user.content or ""))
             out.append((turn, meta))
-        return out
+        return out[::-1]
 
     async def _summary_for(self, tenant: str, turn: Turn, meta: TurnMeta, surface: str,
                            staged: dict[str, TurnMeta]) -> TurnMeta:
         if turn.key in staged:  # not in the store yet: its summary is staged with it
             summary = await self._summarize(tenant, turn.key, turn.user.content or "", _past_digest(turn),
-                                            meta.label, surface, write=False)
+                                            meta.label, surface, write=False, attempts=1)
             if summary is not None:
                 staged[turn.key] = replace(meta, summary=summary)
             return replace(meta, summary=summary or summary_hop.fallback_summary(turn.user.content or ""))
@@ -464,7 +479,8 @@ class TurnRunner:
         if stored is not None and stored.summary is not None:
             return stored
         digest = _past_digest(turn)
-        summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface)
+        summary = await self._summarize(tenant, turn.key, turn.user.content or "", digest, meta.label, surface,
+                                        attempts=1)
         if summary is None:
             summary = summary_hop.fallback_summary(turn.user.content or "")  # never block the turn
         return replace(meta, summary=summary)

@@ -11,13 +11,18 @@ from macaron_ray.core.conversation import FunctionCall, ToolCall
 from macaron_ray.core.engine_client import (
     EngineDelta, EngineError, EngineRequest, EngineTimeout, EngineUnavailable, Usage,
 )
-from macaron_ray.engine.text_tool_calls import TEXT_PARSERS, distinct_calls, may_become_calls, pythonic_calls
+from macaron_ray.engine.text_tool_calls import TEXT_PARSERS, may_become_calls, pythonic_calls, whole_calls
 
 
 def text_tool_calls(req: EngineRequest, tool_call_parser: str | None) -> bool:
     """Whether `req`'s calls are parsed from the engine's plain text (`engine.text_tool_calls`): the
     engine's parser is one the clients read themselves and the model chooses whether to call."""
     return tool_call_parser in TEXT_PARSERS and bool(req.tools) and req.tool_choice in (None, "auto")
+
+
+def forced_call(req: EngineRequest) -> bool:
+    """Whether `req` forces a call ("required", or a named function)."""
+    return bool(req.tools) and req.tool_choice not in (None, "auto", "none")
 
 
 def request_body(req: EngineRequest, *, priority: bool = False, text_calls: bool = False) -> dict:
@@ -51,9 +56,11 @@ class StreamAccumulator:
     and over Ray Serve handles.
     """
 
-    def __init__(self, *, text_calls: bool = False) -> None:
+    def __init__(self, *, text_calls: bool = False, forced: bool = False) -> None:
         """`text_calls`: the engine streams plain text and the calls are parsed from it here
-        (`engine.text_tool_calls`); text that may become calls is held until the answer is whole."""
+        (`engine.text_tool_calls`); text that may become calls is held until the answer is whole.
+        `forced`: the request forced a call (see `whole_calls`)."""
+        self._forced = forced
         self._holding = text_calls
         self._held: list[str] = []
         self._calls: dict[int, dict] = {}
@@ -92,7 +99,7 @@ class StreamAccumulator:
             self._held.append(text)
             text = "".join(self._held)
             if may_become_calls(text):
-                return None
+                return EngineDelta()  # no text yet, but the engine is answering: its deadlines see that
             self._holding, self._held = False, []
         return EngineDelta(text=text) if text else None
 
@@ -106,7 +113,7 @@ class StreamAccumulator:
         held = "".join(self._held)
         if held and (parsed := pythonic_calls(held)) is not None:
             tool_calls, held, finish = parsed, "", "tool_calls"
-        return EngineDelta(text=held, tool_calls=distinct_calls(tool_calls), finish_reason=finish,
+        return EngineDelta(text=held, tool_calls=whole_calls(tool_calls, forced=self._forced), finish_reason=finish,
                            usage=self._usage or Usage(), stop_sequence=self._stop_sequence if finish == "stop" else None,
                            request_id=self._request_id)
 
@@ -128,7 +135,7 @@ class OpenAIHTTPEngine:
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         text_calls = text_tool_calls(request, self._tool_call_parser)
-        acc = StreamAccumulator(text_calls=text_calls)
+        acc = StreamAccumulator(text_calls=text_calls, forced=forced_call(request))
         try:
             async with self._client.stream("POST", "/v1/chat/completions",
                                            json=request_body(request, text_calls=text_calls)) as resp:

@@ -31,10 +31,23 @@ TEXT_PARSERS = frozenset({"pythonic"})
 _CALL_LIST = re.compile(r"\[\s*[A-Za-z_]\w*\s*\(", re.DOTALL)
 
 
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
 def may_become_calls(text: str) -> bool:
-    """Whether an answer that begins with `text` could still be a list of calls (hold it back)."""
-    head = text.lstrip()
-    return not head or head.startswith("[")
+    """Whether an answer that begins with `text` could still be a list of calls (hold it back): it
+    is still empty, or `[`, then a function's name, then `(` so far. `[1] Smith et al.` is let go at
+    its second character; a list that opens a call is held until the answer is whole."""
+    if not text.strip():
+        return True
+    if not text.startswith("["):
+        return False
+    rest = text[1:].lstrip()
+    name = _NAME.match(rest)
+    if not rest or (name and name.end() == len(rest)):
+        return True
+    after = rest[name.end():].lstrip() if name else None
+    return after is not None and (not after or after.startswith("("))
 
 
 def pythonic_calls(text: str) -> tuple[ToolCall, ...] | None:
@@ -75,13 +88,16 @@ def _dotted(func: ast.expr) -> str | None:
     return ".".join([func.id, *reversed(parts)])
 
 
-def distinct_calls(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """`calls` without repeats of the same function with the same arguments, and without calls cut
-    off before their arguments were whole when a whole one is there: a small model forced to call
-    (vLLM's schema for `required` asks for a list of at least one call) may write the call again
-    until its token budget ends. Arguments are compared as JSON values: the same object written with
-    other spacing is the same call."""
+def whole_calls(calls: tuple[ToolCall, ...], *, forced: bool) -> tuple[ToolCall, ...]:
+    """`calls` as delivered: without calls cut off before their arguments were whole when a whole
+    one is there and, when the call was forced, without repeats of the same function with the same
+    arguments. A small model forced to call (vLLM's schema for "required" or a named function asks
+    for a list of at least one call) may write the call again until its token budget ends; a model
+    that chose to call twice alike meant it. Arguments are compared as JSON values: the same object
+    written with other spacing is the same call."""
     whole = tuple(c for c in calls if _is_object(c.function.arguments))
+    if not forced:
+        return whole or calls
     seen, out = set(), []
     for c in whole or calls:
         key = (c.function.name, _canonical(c.function.arguments))

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 
 from macaron_ray.core.engine_client import EngineDelta, EngineError, EngineRequest, EngineUnavailable
-from macaron_ray.engine.openai_http import StreamAccumulator, request_body, text_tool_calls
+from macaron_ray.engine.openai_http import StreamAccumulator, forced_call, request_body, text_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class ServeHandleEngine:
         except Exception as exc:  # vLLM's own validators (VLLMValidationError, pydantic's): the request as given
             raise EngineError(f"the engine's request model refused the request: {type(exc).__name__}",
                               retryable=False, status=400) from exc
-        acc = StreamAccumulator(text_calls=text_calls)
+        acc = StreamAccumulator(text_calls=text_calls, forced=forced_call(request))
         answer = self._handle.chat.remote(body)
         finished = False
         try:

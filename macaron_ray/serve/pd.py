@@ -16,6 +16,7 @@ stream's usage. Everything else (the handoff, NIXL, LoRA, errors) is Ray's.
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from typing import Any
 
 from ray.serve.llm.deployment import PDDecodeServer
@@ -33,16 +34,16 @@ class _PrefillTap:
 
     def prepare_decode_request(self, *, request, peer, prefill_response):
         details = getattr(getattr(prefill_response, "usage", None), "prompt_tokens_details", None)
-        if details is not None:
+        if details is not None and id(request) in self._hits:  # a chat stream `_chat` is passing on
             self._hits[id(request)] = details.cached_tokens or 0
         return self._backend.prepare_decode_request(request=request, peer=peer, prefill_response=prefill_response)
 
 
 class PrefillCachedDecodeServer(PDDecodeServer):
     async def __init__(self, *args, **kwargs):
-        # id(request) -> the prefill engine's prefix-cache hits, from the prefill response until the
-        # request's stream ends (popped then, also when it is abandoned).
-        self._prefill_hits: dict[int, int] = {}
+        # id(request) -> the prefill engine's prefix-cache hits (None until the prefill answered), for
+        # each chat stream from its start until it ends (popped then, also when it is abandoned).
+        self._prefill_hits: dict[int, int | None] = {}
         await super().__init__(*args, **kwargs)
 
     def _get_connector_backend(self):
@@ -52,10 +53,12 @@ class PrefillCachedDecodeServer(PDDecodeServer):
         return self._chat(request, raw_request_info)
 
     async def _chat(self, request, raw_request_info):
+        self._prefill_hits[id(request)] = None
         try:
-            async for item in self._pd_handle_request(request, raw_request_info):
-                hits = self._prefill_hits.get(id(request))
-                yield item if hits is None else with_cached_tokens(item, hits)
+            async with aclosing(self._pd_handle_request(request, raw_request_info)) as items:
+                async for item in items:
+                    hits = self._prefill_hits.get(id(request))
+                    yield item if hits is None else with_cached_tokens(item, hits)
         finally:
             self._prefill_hits.pop(id(request), None)
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from macaron_ray.api.keys import KeyRing, hash_line, new_key
+from macaron_ray.engine.openai_http import request_body
 from macaron_ray.testing.fake_engine import FakeEngine, WhitespaceTokenCounter
 from tests.unit.api_server import PUBLIC_MODEL, SECRET_ADAPTERS, start_api
 
@@ -101,9 +102,22 @@ def bodies(draw, surface: str, other_response: str):
     return json.dumps(body).encode()
 
 
+class VLLMCheckedEngine(FakeEngine):
+    """The fake engine, taking each request only once vLLM's own request model has: what vLLM would
+    refuse (a tool choice naming no tool, a malformed schema) surfaces here as the crash it would be
+    on the Serve path, so the fuzzer finds it without an engine."""
+
+    async def stream(self, request):
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        ChatCompletionRequest(**request_body(request))
+        async for delta in super().stream(request):
+            yield delta
+
+
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    engine = FakeEngine(tag=lambda adapter: next(k for k, v in SECRET_ADAPTERS.items() if v == adapter))
+    engine = VLLMCheckedEngine(tag=lambda adapter: next(k for k, v in SECRET_ADAPTERS.items() if v == adapter))
     running = start_api(engine, WhitespaceTokenCounter(), tmp_path_factory.mktemp("fuzz") / "s.db", keys=KEYS,
                         context_tokens=512)
     with httpx.Client(base_url=running.base_url, timeout=30) as client:

@@ -9,7 +9,7 @@ import pytest
 
 from macaron_ray.core.engine_client import EngineRequest
 from macaron_ray.engine.openai_http import StreamAccumulator, request_body, text_tool_calls
-from macaron_ray.engine.text_tool_calls import distinct_calls, pythonic_calls
+from macaron_ray.engine.text_tool_calls import may_become_calls, pythonic_calls, whole_calls
 
 OUTPUTS = [
     '[get_weather(city="Paris")]',
@@ -58,9 +58,11 @@ def _chunks(text: str, size: int = 3) -> list[dict]:
 
 
 def _accumulate(text: str) -> tuple[list[str], object]:
+    """The text deltas streamed for an answer of `text` (asked for as plain text), and the final delta."""
     acc = StreamAccumulator(text_calls=True)
-    streamed = [d.text for chunk in _chunks(text) if (d := acc.feed(chunk)) is not None]
-    return streamed, acc.final()
+    deltas = [d for chunk in _chunks(text) if (d := acc.feed(chunk)) is not None]
+    assert len(deltas) == len(_chunks(text)) - 2  # one per text chunk, held or not
+    return [d.text for d in deltas if d.text], acc.final()
 
 
 @pytest.mark.parametrize("text", OUTPUTS)
@@ -80,25 +82,35 @@ def test_plain_text_streams_at_once():
     assert len(streamed) > 3 and streamed[0] == "It " and final.text == ""
 
 
-def test_a_call_written_twice_is_one_call():
-    streamed, final = _accumulate('[get_weather(city="Paris"), get_weather(city="Paris")]')
-    assert len(final.tool_calls) == 1
-    (call,) = distinct_calls(pythonic_calls('[f(a=1), f(a=1), f(a=2)]')[:2])
+def test_text_that_cannot_open_a_call_is_let_go_at_once():
+    assert may_become_calls("") and may_become_calls("  ") and may_become_calls("[") and may_become_calls("[ get")
+    assert may_become_calls("[api.get_weather (") and may_become_calls('[f(city="Par')
+    assert not may_become_calls("[1") and not may_become_calls("[Sunny,") and not may_become_calls("[f x")
+    assert not may_become_calls(" [f(") and not may_become_calls("Sunny")
+    streamed, final = _accumulate("[1] Smith et al. showed that it works.")
+    assert streamed[0] == "[1]" and "".join(streamed) + final.text == "[1] Smith et al. showed that it works."
+
+
+def test_a_call_the_model_chose_twice_is_kept_and_a_forced_one_written_twice_is_one():
+    streamed, final = _accumulate('[roll(sides=6), roll(sides=6)]')
+    assert [c.function.name for c in final.tool_calls] == ["roll", "roll"]
+    (call,) = whole_calls(pythonic_calls('[f(a=1), f(a=1), f(a=2)]')[:2], forced=True)
     assert call.function.arguments == '{"a": 1}'
-    # A forced call (`required`) written twice, its JSON spaced differently: one call.
-    acc = StreamAccumulator()
-    for i, args in enumerate(('{\n  "city":"Paris"\n}', '{"city": "Paris"}')):
+    # A forced call (`required`) written twice, its JSON spaced differently: one call; or written
+    # again until the token budget ran out: the whole call is the answer.
+    assert _forced_calls('{\n  "city":"Paris"\n}', '{"city": "Paris"}', finish="tool_calls") == ["c0"]
+    assert _forced_calls('{"city": "Paris"}', '{\n  "city" : "Par', finish="length") == ["c0"]
+
+
+def _forced_calls(*arguments: str, finish: str) -> list[str]:
+    """The ids of the calls delivered when the engine streamed calls of `get_weather` with these
+    arguments for a request that forced a call."""
+    acc = StreamAccumulator(forced=True)
+    for i, args in enumerate(arguments):
         acc.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": f"c{i}", "function": {
             "name": "get_weather", "arguments": args}}]}, "finish_reason": None}]})
-    acc.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-    assert [c.id for c in acc.final().tool_calls] == ["c0"]
-    # ... or written again until the token budget ran out: the whole call is the answer.
-    acc = StreamAccumulator()
-    for i, args in enumerate(('{"city": "Paris"}', '{\n  "city" : "Par')):
-        acc.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": f"c{i}", "function": {
-            "name": "get_weather", "arguments": args}}]}, "finish_reason": None}]})
-    acc.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-    assert [c.id for c in acc.final().tool_calls] == ["c0"]
+    acc.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return [c.id for c in acc.final().tool_calls]
 
 
 def test_auto_turns_ask_the_engine_for_text_and_forced_ones_do_not():

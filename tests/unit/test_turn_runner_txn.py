@@ -4,12 +4,13 @@ nothing of an undelivered turn written."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 
 import pytest
 
 from macaron_ray.core import summary_hop
-from macaron_ray.core.conversation import FunctionCall, HistoryError, Message, ToolCall, answer_key, split_turns
+from macaron_ray.core.conversation import FunctionCall, Message, ToolCall, answer_key, split_turns
 from macaron_ray.core.deadlines import Deadlines
 from macaron_ray.core.engine_client import EngineError, EngineTimeout
 from macaron_ray.core.own_view import summary_note
@@ -53,17 +54,40 @@ def test_a_tool_result_turn_writes_nothing_until_its_answer_is_delivered(setup):
     asyncio.run(scenario())
 
 
-def test_edited_answers_count_against_the_rederivation_cap(setup):
-    """A client that sends every answer back changed (trimmed, reformatted): each past turn is known
-    but its answer is not the one committed, so it needs a summary of its own. A history with more
-    such turns than the cap is refused before any hop, as one with too many unknown turns is."""
+def test_a_history_the_store_does_not_know_is_served_with_capped_hops(setup):
+    """A long history from elsewhere (or keyed before an upgrade): the latest `max_rederived_turns`
+    past turns are routed again, the entry specialist stands for older ones, and none is refused."""
     runner, engine, store = setup
-    labels = iter(["L1", "L2"] * 20)
+    h: list[Message] = []
+    for i in range(10):
+        h += [user(f"write python code {i}"), assistant(f"print({i})")]
+
+    async def scenario():
+        _, final = await run_turn(runner, [*h, user("write sql code please")])
+        assert final.label == "L2"
+        assert len(engine.of_kind("route")) == 4 + 1
+        turns = split_turns(TENANT, [*h, user("x")]).turns[:-1]
+        labels = [(await store.get_turn(TENANT, t.key)).label for t in turns]
+        assert labels == ["L0"] * 6 + ["L2"] * 4  # written once the turn was delivered
+    asyncio.run(scenario())
+
+
+def past_summaries(engine: FakeEngine) -> int:
+    """Summary requests of the turns asked as "request N" (not of the turn after them)."""
+    return sum("User: request" in r.messages[1]["content"] for r in engine.of_kind("summary"))
+
+
+def test_edited_answers_get_summaries_within_the_cap(setup):
+    """A client that sends every answer back changed (trimmed, reformatted): each past turn is known
+    but its answer is not the one committed, so it needs a summary of its own; one request runs at
+    most the cap's worth, one attempt each, and the user message stands in for the rest."""
+    runner, engine, store = setup
+    labels = iter(["L1"] * 8 + ["L2"])
     engine.router = lambda text: next(labels)
 
     async def scenario():
         h: list[Message] = []
-        for i in range(6):
+        for i in range(8):
             h.append(user(f"request {i}"))
             text, _ = await run_turn(runner, h)
             h.append(assistant("edited " + text))
@@ -72,10 +96,13 @@ def test_edited_answers_count_against_the_rederivation_cap(setup):
         with sqlite3.connect(store.path) as db:  # the edited answers' own entries expired
             db.executemany("DELETE FROM turns WHERE key = ?", [(k,) for (k,) in db.execute("SELECT key FROM turns")
                                                                 if k not in keys])
-        hops = len(engine.requests)
-        with pytest.raises(HistoryError, match="at most 4 are re-derived"):
-            await run_turn(runner, [*h, user("and now?")])
-        assert len(engine.requests) == hops
+        summaries = past_summaries(engine)
+        _, final = await run_turn(runner, [*h, user("write python code")])
+        await runner.drain()
+        assert final.label == "L2" and past_summaries(engine) - summaries == 4
+        view = engine.of_kind("answer")[-1].messages  # the latest turns are summarized, the oldest stand as asked
+        assert summary_note(summary_hop.fallback_summary("request 0")) in view
+        assert summary_note(summary_hop.fallback_summary("request 7")) not in view
     asyncio.run(scenario())
 
 
@@ -94,11 +121,10 @@ def test_summaries_rederived_in_one_request_are_capped(setup):
             text, _ = await run_turn(runner, h)
             h.append(assistant(text))
         await runner.drain()
-        attempts = len(engine.of_kind("summary"))
+        attempts = past_summaries(engine)
         await run_turn(runner, [*h, user("write python code")])
-        assert len(engine.of_kind("summary")) - attempts == 4 * runner.summary_attempts
-        view = engine.of_kind("answer")[-1].messages
-        assert summary_note(summary_hop.fallback_summary("request 7")) in view
+        await runner.drain()
+        assert past_summaries(engine) - attempts == 4  # one attempt each, on the turn's path
     asyncio.run(scenario())
 
 
@@ -115,8 +141,9 @@ def test_the_whole_turn_has_a_deadline(tmp_path):
             await run_turn(runner, [user("hello")])
         assert loop.time() - started < 1.5
         engine.chunk_delay_s = 0.2  # an answer that trickles in, each token in time
-        with pytest.raises(EngineTimeout, match="deadline"):
+        with pytest.raises(EngineTimeout, match="deadline of 0.5 s") as late:
             await run_turn(runner, [user("hello " * 20)])
+        assert "before its answer began" not in str(late.value)
         assert rows(runner.store.inner) == 0
     asyncio.run(scenario())
 
@@ -181,4 +208,34 @@ def test_two_answers_to_one_turn_are_each_credited_to_their_own_specialist(setup
         await run_turn(runner, [*h, assistant(lost), user("write python code")])
         view = engine.of_kind("answer")[-1].messages
         assert view[:2] == [{"role": "user", "content": "plan my trip"}, {"role": "assistant", "content": lost}]
+    asyncio.run(scenario())
+
+
+def test_a_tool_result_goes_back_to_the_specialist_whose_call_it_answers(setup):
+    """Two answers to one turn, each a call by another specialist (one of them lost the commit):
+    each call's result goes back to the specialist that made it."""
+    runner, engine, store = setup
+    engine.chunk_delay_s = 0.01
+    labels = iter(["L1", "L3"])
+    engine.router = lambda text: next(labels)
+    answer = engine._answer
+
+    def own_arguments(req):  # each specialist books its own way: two different answers
+        chunks, calls = answer(req)
+        return chunks, tuple(c.model_copy(update={"function": c.function.model_copy(
+            update={"arguments": json.dumps({"by": req.adapter})})}) for c in calls)
+
+    engine._answer = own_arguments
+
+    async def scenario():
+        h = [user("tool:book_table plan my evening")]
+        answers = await asyncio.gather(run_turn(runner, h, tools=TOOLS), run_turn(runner, h, tools=TOOLS))
+        await runner.drain()
+        assert {final.label for _, final in answers} == {"L1", "L3"}
+        for _, final in answers:
+            (call,) = final.tool_calls
+            results = [Message(role="assistant", tool_calls=(call,)),
+                       Message(role="tool", tool_call_id=call.id, content='{"ok": true}')]
+            _, after = await run_turn(runner, [*h, *results], tools=TOOLS)
+            assert after.label == final.label
     asyncio.run(scenario())
