@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve test test-unit test-e2e test-fault bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
+.PHONY: install model serve image test test-unit test-e2e test-fault test-cluster bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -13,6 +13,11 @@ model: install
 
 serve: install model
 	$(MACARON) serve $(SERVE_ARGS)
+
+# The CPU image macaron-ray:<version>-cpu (image/cpu.Dockerfile) on the project's own Debian base;
+# installs docker.io and debootstrap and starts dockerd as needed (root). About a minute once cached.
+image:
+	@image/build.sh
 
 # Every tier; the e2e tier starts real vLLM CPU engines, one at a time.
 test: install model
@@ -27,6 +32,10 @@ test-e2e: install model
 # The fault suite alone (about 8 minutes): the local topology under load, one fault at a time
 test-fault: install model
 	$(PY) -m pytest tests/fault -p no:cacheprovider
+
+# The container tier alone: `make image`, then the image run as containers (a few minutes once built)
+test-cluster: install model
+	$(PY) -m pytest tests/cluster -p no:cacheprovider
 
 bench-routing: install model
 	$(MACARON) bench routing
