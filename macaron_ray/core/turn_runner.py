@@ -132,8 +132,9 @@ class TurnRunner:
         failures are counted and raised as `StoreError`. `view`: "own" (own-view), or "naive" (the
         whole history verbatim for every specialist: the baseline `macaron bench ownview` measures).
         `deadlines`: on every engine call (None: none). `summary_timeout_s`: one summary attempt, at
-        most. `max_rederived_turns`: past turns of one request the store does not know, at most (each
-        costs a route hop and maybe a summary); a request with more gets a 400 before any hop."""
+        most. `max_rederived_turns`: route hops, and summary hops, one request may run for past turns
+        the store does not know (or whose summary it lacks); beyond them the entry specialist, and
+        the user message, stand in (`_past_metas`, `_with_summaries`)."""
         self.registry = registry
         router, summarizer = router or engine, summarizer or router or engine
         if deadlines is not None:

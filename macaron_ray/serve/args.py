@@ -125,7 +125,8 @@ class LimitArgs(_Strict):
     body_read_s: float | None = Field(30.0, gt=0)
     """A turn's whole body must arrive within this, else 408; its turn slots are taken only after."""
     max_rederived_turns: int = Field(32, ge=0)
-    """Past turns of one request the store does not know, at most (each costs a route hop)."""
+    """Route hops (and summary hops) one request may run for past turns the store does not know;
+    older ones take the entry specialist (and the user message as their summary)."""
 
 
 class TimeoutArgs(_Strict):
