@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MACARON := $(VENV)/bin/macaron
 
-.PHONY: install model serve image test test-unit test-e2e test-fault test-cluster bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
+.PHONY: install model serve image cluster-up cluster-down test test-unit test-e2e test-fault test-cluster bench-routing bench-quality bench-pd bench-hops bench-memory bench-all plan adapters clean
 
 install:
 	@scripts/install.sh
@@ -18,6 +18,14 @@ serve: install model
 # installs docker.io and debootstrap and starts dockerd as needed (root). About a minute once cached.
 image:
 	@image/build.sh
+
+# The chart (values-cpu.yaml) as containers of the image on this machine: five Ray pods and Redis
+# on one docker network, the Serve config deployed as KubeRay deploys it; prints the URLs.
+cluster-up: install model image
+	$(MACARON) cluster up --containers $(CLUSTER_ARGS)
+
+cluster-down: install
+	$(MACARON) cluster down --containers
 
 # Every tier; the e2e tier starts real vLLM CPU engines, one at a time.
 test: install model

@@ -29,8 +29,9 @@ fi
 root=$(mktemp -d /tmp/macaron-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "debootstrap bookworm (minbase + python3) ..." >&2
-# libnuma1: vLLM's CPU kernels link it.
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,procps,iproute2,libnuma1 \
+# libnuma1: vLLM's CPU kernels link it. redis-server: the chart's Redis pod runs this image where no
+# registry image can be pulled (macaron_ray/cluster/containers.py).
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,procps,iproute2,libnuma1,redis-server \
   bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 # No package source, no apt lists, no caches in the image.

@@ -37,8 +37,11 @@ RUN --mount=type=secret,id=pipconf,target=/etc/pip.conf --mount=type=secret,id=p
 
 # 3. macaron-ray itself (seconds): the package, its adapters, prompts and dashboards.
 COPY --chown=ray:ray . /opt/macaron-ray
+# KubeRay runs a pod's command in a login shell (`bash -lc`), whose /etc/profile resets PATH: the
+# venv goes back on it there too.
 RUN pip install --no-cache-dir --no-deps --no-build-isolation /opt/macaron-ray \
- && python3 -c "import macaron_ray.serve.args, macaron_ray.adapters.manifest as m; m.Manifest.load()"
+ && python3 -c "import macaron_ray.serve.args, macaron_ray.adapters.manifest as m; m.Manifest.load()" \
+ && echo 'export PATH=/opt/venv/bin:$PATH VIRTUAL_ENV=/opt/venv' >/etc/profile.d/macaron-venv.sh
 
 USER ray
 WORKDIR /home/ray

@@ -215,13 +215,18 @@ class Client:
 class Load:
     """`conversations` clients replaying the traces until stopped; their records stay for the checks."""
 
-    def __init__(self, url: str, model: str, conversations: int, max_tokens: int, seed: int = 0,
-                 tenant: str = tenant_id(API_KEY), start_jitter_s: float = 3.0, private: tuple[str, ...] = ()):
+    def __init__(self, url: str | list[str], model: str, conversations: int, max_tokens: int, seed: int = 0,
+                 tenant: str = tenant_id(API_KEY), start_jitter_s: float = 3.0, private: tuple[str, ...] = (),
+                 sdk: bool = False):
+        """`url`: one server, or several (client i talks to url[i % len], as a Service spreads
+        clients over its endpoints). `sdk`: the clients are the official SDKs (openai's
+        AsyncOpenAI, anthropic's AsyncAnthropic, with their own retries off) rather than raw HTTP."""
         from macaron_ray.loadtest.traces import load_traces
 
         traces = load_traces()
         users = [[t.user for t in c.turns] for c in traces.conversations]
-        self.url, self.model, self.max_tokens, self.tenant = url, model, max_tokens, tenant
+        self.urls = [url] if isinstance(url, str) else list(url)
+        self.url, self.model, self.max_tokens, self.tenant, self.sdk = self.urls[0], model, max_tokens, tenant, sdk
         self.clients = [Client(i, "chat" if i % 2 == 0 else "messages", users[i % len(users)])
                         for i in range(conversations)]
         self.disconnect_until = 0.0
@@ -238,8 +243,10 @@ class Load:
         return any(c.streaming for c in self.clients)
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(300.0, connect=10.0)) as http:
-            await asyncio.gather(*(self._converse(http, c) for c in self.clients))
+        async with contextlib.AsyncExitStack() as stack:
+            https = [await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0, connect=10.0))) for url in self.urls]
+            await asyncio.gather(*(self._converse(https[c.index % len(https)], c) for c in self.clients))
 
     async def _converse(self, http: httpx.AsyncClient, client: Client) -> None:
         await asyncio.sleep(self.rng.uniform(0, self.start_jitter_s))
@@ -264,6 +271,8 @@ class Load:
 
     async def _attempt(self, http: httpx.AsyncClient, client: Client, attempt: Attempt,
                        messages: list[dict]) -> str | None:
+        if self.sdk:
+            return await self._attempt_sdk(http, client, attempt, messages)
         if client.surface == "chat":
             path = "/v1/chat/completions"
             headers = {"authorization": f"Bearer {API_KEY}"}
@@ -339,6 +348,93 @@ class Load:
         return "".join(parts)
 
 
+    async def _attempt_sdk(self, http: httpx.AsyncClient, client: Client, attempt: Attempt,
+                           messages: list[dict]) -> str | None:
+        """One attempt through the official SDK of the client's surface, on `http`'s connection pool."""
+        import anthropic
+        import openai
+
+        disconnect = time.monotonic() < self.disconnect_until
+        parts: list[str] = []
+        done = False
+        try:
+            if client.surface == "chat":
+                sdk = openai.AsyncOpenAI(base_url=f"{http.base_url}v1", api_key=API_KEY, max_retries=0,
+                                         http_client=http)
+                stream = await sdk.chat.completions.create(model=self.model, messages=messages, stream=True,
+                                                           max_tokens=self.max_tokens, temperature=0)
+                attempt.status = 200
+                async with stream:
+                    async for chunk in stream:
+                        self.scan.scan(chunk.model_dump_json())
+                        text = "".join(c.delta.content or "" for c in chunk.choices)
+                        done = done or any(c.finish_reason for c in chunk.choices)
+                        if text and self._delivering(client, parts, text, disconnect, attempt):
+                            return None
+            else:
+                sdk = anthropic.AsyncAnthropic(base_url=str(http.base_url).rstrip("/"), api_key=API_KEY,
+                                               max_retries=0, http_client=http)
+                stream = await sdk.messages.create(model=self.model, messages=messages, stream=True,
+                                                   max_tokens=self.max_tokens, temperature=0)
+                attempt.status = 200
+                async with stream:
+                    async for event in stream:
+                        self.scan.scan(event.model_dump_json())
+                        if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                            if self._delivering(client, parts, event.delta.text, disconnect, attempt):
+                                return None
+                        done = done or event.type == "message_stop"
+        except (openai.APIStatusError, anthropic.APIStatusError) as exc:
+            # Before the stream (an HTTP error), or an error event in it (status 200).
+            self.scan.scan(json.dumps(exc.body) if exc.body is not None else str(exc))
+            self.scan.scan("\n".join(f"{k}: {v}" for k, v in exc.response.headers.items()))
+            attempt.status = exc.status_code
+            attempt.retry_after = exc.response.headers.get("retry-after")
+            body = exc.body if isinstance(exc.body, dict) else {}
+            error = body.get("error", body) if client.surface == "messages" else body
+            attempt.code = (error or {}).get("type") or (error or {}).get("code")
+            if exc.status_code == 200:
+                attempt.outcome = "stream_error"
+                return None
+            attempt.outcome = "refused"
+            envelope = isinstance(error, dict) and isinstance(error.get("message"), str)
+            if exc.status_code == 500 and not envelope:
+                attempt.outcome, attempt.clear = "proxy_500", False
+                return None
+            attempt.clear = envelope and exc.status_code in RETRYABLE and attempt.retry_after is not None
+            return None
+        except (openai.APIError, anthropic.APIError) as exc:
+            if attempt.status == 200 and getattr(exc, "body", None) is not None:  # openai: an error event
+                self.scan.scan(json.dumps(exc.body))
+                attempt.outcome, attempt.code = "stream_error", (exc.body or {}).get("code") \
+                    if isinstance(exc.body, dict) else None
+                return None
+            attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
+            return None
+        except httpx.RemoteProtocolError as exc:
+            outcome = "stream_cut" if attempt.status == 200 else "transport"
+            attempt.outcome, attempt.clear, attempt.code = outcome, False, type(exc).__name__
+            return None
+        except httpx.TransportError as exc:
+            attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
+            return None
+        finally:
+            client.streaming = False
+        if not done:
+            attempt.outcome, attempt.clear = "transport", False  # the stream ended without its end
+            return None
+        attempt.outcome = "delivered"
+        return "".join(parts)
+
+    @staticmethod
+    def _delivering(client: Client, parts: list[str], text: str, disconnect: bool, attempt: Attempt) -> bool:
+        """Takes a delta's text; True when the client leaves now (a disconnect spell)."""
+        parts.append(text)
+        client.streaming = True
+        if disconnect:
+            attempt.outcome = "disconnected"
+            return True
+        return False
 
 
 def _delta_text(event: dict, surface: str) -> str:

@@ -420,6 +420,34 @@ def _k8s_lint(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from macaron_ray import k8s
+    from macaron_ray.cluster import containers
+
+    if not args.containers:
+        print("error: only --containers is supported here: the chart's pods as containers on this machine "
+              "(on Kubernetes, install the chart: k8s/README.md)", file=sys.stderr)
+        return 2
+    if args.action == "down":
+        containers.ContainerCluster(None).down()
+        print("removed the container cluster")
+        return 0
+    try:
+        plan = containers.render_plan(args.values or [containers.DEFAULT_VALUES], args.set,
+                                      redis_image=containers.local_image())
+    except k8s.ChartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cluster = containers.ContainerCluster(plan)
+    try:
+        cluster.up()
+    except containers.ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(containers.describe(cluster))
+    return 0
+
+
 def _engine_options(p: argparse.ArgumentParser, name: str, cores: str = "0-1", adapters: bool = False) -> None:
     """Where a benchmark's engine comes from: started here (pinned to --cores), or --base-url."""
     p.add_argument("--cores", default=cores, help="cores the engine is pinned to")
@@ -619,6 +647,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--namespace", "-n", default="default")
         p.add_argument("--chart", type=Path, default=PACKAGE_ROOT / "k8s" / "macaron")
         p.set_defaults(func=func)
+
+    cluster = sub.add_parser("cluster", help="the chart's pods as containers of the image on this machine"
+                             ).add_subparsers(dest="action", required=True)
+    p = cluster.add_parser("up", help="render the chart, run its pods as containers, deploy its Serve config")
+    p.add_argument("--containers", action="store_true", required=True, help="as docker containers, here")
+    p.add_argument("--values", "-f", type=Path, action="append",
+                   help="values files (default k8s/macaron/values-cpu.yaml; later files win)")
+    p.add_argument("--set", action="append", default=[], help="key=value, as helm's --set (after the files)")
+    p.set_defaults(func=_cluster)
+    p = cluster.add_parser("down", help="stop and remove every container, volume and network `up` made")
+    p.add_argument("--containers", action="store_true", required=True)
+    p.set_defaults(func=_cluster)
 
     from macaron_ray.plan.report import add_plan_parser
 

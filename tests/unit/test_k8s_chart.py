@@ -104,7 +104,7 @@ def profile_doc(values: dict) -> dict:
 
 def test_there_is_a_values_file_per_target_and_each_names_its_profile():
     assert {p.name: values_of(p.name)["profile"] for p in VALUES_FILES} == {
-        "values-cpu.yaml": "local-cpu", "values-tall-h20.yaml": "tall-h20", "values-venti-b300.yaml": "venti-b300"}
+        "values-cpu.yaml": "local-cpu-cluster", "values-tall-h20.yaml": "tall-h20", "values-venti-b300.yaml": "venti-b300"}
 
 
 def test_the_chart_reads_the_project_files_through_links_not_copies():
@@ -580,7 +580,8 @@ def test_group_overrides_reach_the_pods_and_are_checked():
     with pytest.raises(k8s.ChartError, match="does not fit in /dev/shm"):
         render(with_values(values, nodeGroups__cpu__container={"cpu": 12, "memoryGiB": 48, "sharedMemoryGiB": 4}))
     with pytest.raises(k8s.ChartError, match="no container resources; set nodeGroups.head.container"):
-        render(with_values(values_of("values-cpu.yaml"), nodeGroups={}))
+        # cluster/local-cpu.yaml describes this machine's processes, not pods: it has no container sizes.
+        render(with_values(values_of("values-cpu.yaml"), profile="local-cpu", nodeGroups={}))
 
 
 # -- conversation store and API keys --------------------------------------------------------------
@@ -663,7 +664,10 @@ def test_external_redis_takes_the_url_from_a_secret_and_runs_nothing():
     with pytest.raises(k8s.ChartError, match="set existingSecret.name or externalUrl, not both"):
         render(with_values(values, store__externalUrl="redis://cache.llm:6379/2"))
     # `profile` keeps the profile's own store, and no Ray container gets a URL.
-    kept = render(with_values(values_of("values-cpu.yaml"), store={"mode": "profile"}))
+    kept = render(with_values(values_of("values-cpu.yaml"), profile="local-cpu", store={"mode": "profile"},
+                              nodeGroups={"head": {"container": {"cpu": 2, "memoryGiB": 10, "sharedMemoryGiB": 1}},
+                                          "cpu-worker": {"replicas": 0, "minReplicas": 0,
+                                                         "container": {"cpu": 1, "memoryGiB": 2, "sharedMemoryGiB": 1}}}))
     assert macaron_args(serve_config(kept))["store"] == {"kind": "sqlite"}
     assert set(store_url_refs(kept)) == {None} and not [m for m in kept if m.kind == "Secret"]
 
@@ -752,10 +756,10 @@ def test_upgrade_strategy_is_rendered_and_checked():
     (lambda v: v["api"].update(replcas=3), "at '/api': additional properties 'replcas' not allowed"),
     (lambda v: v["redis"].update(persistance={"size": "1Gi"}),
      "at '/redis': additional properties 'persistance' not allowed"),
-    (lambda v: v["nodeGroups"]["head"].update(nodeselector={}),
+    (lambda v: v.update(nodeGroups={"head": {"nodeselector": {}}}),
      "at '/nodeGroups/head': additional properties 'nodeselector' not allowed"),
     (lambda v: v["api"].update(replicas="four"), "at '/api/replicas': got string, want null or integer"),
-    (lambda v: v["nodeGroups"]["head"]["container"].update(cpu="2"),
+    (lambda v: v.update(nodeGroups={"head": {"container": {"cpu": "2", "memoryGiB": 3, "sharedMemoryGiB": 1}}}),
      "at '/nodeGroups/head/container/cpu': got string, want integer"),
     (lambda v: v["redis"]["persistence"].update(size=10), "at '/redis/persistence/size': got number, want string"),
     (lambda v: v["rayService"].update(upgradeStrategy="BlueGreen"), "at '/rayService/upgradeStrategy'"),

@@ -306,14 +306,22 @@ spec:
         {{- end }}
         - {name: serve, containerPort: {{ include "macaron.servePort" $root }}}
         - {name: metrics, containerPort: 8080}
+        # NIXL's side channel (VLLM_NIXL_SIDE_CHANNEL_PORT's default): where decode engines ask a
+        # prefill engine for its KV blocks' layout before pulling them.
+        - {name: nixl, containerPort: 5600}
         {{- if .head }}
         - {name: dash-metrics, containerPort: 44227}
         {{- if $root.Values.rayService.autoscaling }}
         - {name: as-metrics, containerPort: 44217}
         {{- end }}
         {{- end }}
-      {{- if or $keysEnv $storeEnv $root.Values.models.hfHome $root.Values.env }}
       env:
+        # The address each vLLM engine's NIXL side channel listens on and advertises to the engines
+        # that pull its KV cache: the pod's own (the default, localhost, is unreachable from others).
+        - name: VLLM_NIXL_SIDE_CHANNEL_HOST
+          valueFrom:
+            fieldRef:
+              fieldPath: status.podIP
         {{- if $keysEnv }}
         # MoLIngress replicas read the keys from the environment (AppArgs.ingress.api_keys_env).
         - name: {{ $keysEnv }}
@@ -337,7 +345,6 @@ spec:
         {{- with $root.Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- end }}
       # Requests equal limits: KubeRay reads the limits as the node's Ray resources, and engines
       # that lose memory or GPUs to a neighbour fail mid-stream.
       {{- $resources := dict "cpu" (int64 $c.cpu | toString) "memory" (printf "%dGi" (int64 $c.memory_gib)) }}
