@@ -29,9 +29,12 @@ fi
 root=$(mktemp -d /tmp/macaron-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "debootstrap bookworm (minbase + python3) ..." >&2
-# libnuma1: vLLM's CPU kernels link it. redis-server: the chart's Redis pod runs this image where no
-# registry image can be pulled (macaron_ray/cluster/containers.py).
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,procps,iproute2,libnuma1,redis-server \
+# libnuma1: vLLM's CPU kernels link it. g++: torch's inductor compiles a few of vLLM's CPU ops at
+# their first use (the sampler's logprob ranks): without a compiler the first request that asks for
+# logprobs kills the engine (InvalidCxxCompiler). redis-server: the chart's Redis pod runs this image
+# where no registry image can be pulled (macaron_ray/cluster/containers.py).
+debootstrap --variant=minbase \
+  --include=python3,python3-venv,python3-dev,ca-certificates,procps,iproute2,libnuma1,g++,redis-server \
   bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 # No package source, no apt lists, no caches in the image.

@@ -129,17 +129,21 @@ class RedisProcess:
             self.proc = None
 
     def turns(self, tenant: str) -> dict[str, dict]:
-        """Every committed turn of `tenant`: key -> its meta."""
-        import redis
+        return stored_turns(self.url, tenant)
 
-        client = redis.Redis(host="127.0.0.1", port=self.port)
-        try:
-            prefix = f"macaron:{tenant}:turn:"
-            keys = list(client.scan_iter(match=prefix + "*", count=1000))
-            values = client.mget(keys) if keys else []
-            return {k.decode()[len(prefix):]: json.loads(v) for k, v in zip(keys, values) if v is not None}
-        finally:
-            client.close()
+
+def stored_turns(url: str, tenant: str) -> dict[str, dict]:
+    """Every committed turn of `tenant` in the Redis at `url`: key -> its meta."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        prefix = f"macaron:{tenant}:turn:"
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        values = client.mget(keys) if keys else []
+        return {k.decode()[len(prefix):]: json.loads(v) for k, v in zip(keys, values) if v is not None}
+    finally:
+        client.close()
 
 
 # -- the topology's processes ----------------------------------------------------------------------
@@ -246,7 +250,22 @@ class Load:
         async with contextlib.AsyncExitStack() as stack:
             https = [await stack.enter_async_context(
                 httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(300.0, connect=10.0))) for url in self.urls]
+            if self.sdk:
+                self._sdks = {c.index: self._sdk_for(c) for c in self.clients}
+                for sdk in self._sdks.values():
+                    stack.push_async_callback(sdk.close)
             await asyncio.gather(*(self._converse(https[c.index % len(https)], c) for c in self.clients))
+
+    def _sdk_for(self, client: Client):
+        """The official SDK of the client's surface, at its server, with the SDK's own retries off."""
+        import anthropic
+        import openai
+
+        url = self.urls[client.index % len(self.urls)]
+        timeout = 300.0
+        if client.surface == "chat":
+            return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=timeout)
+        return anthropic.AsyncAnthropic(base_url=url, api_key=API_KEY, max_retries=0, timeout=timeout)
 
     async def _converse(self, http: httpx.AsyncClient, client: Client) -> None:
         await asyncio.sleep(self.rng.uniform(0, self.start_jitter_s))
@@ -350,7 +369,8 @@ class Load:
 
     async def _attempt_sdk(self, http: httpx.AsyncClient, client: Client, attempt: Attempt,
                            messages: list[dict]) -> str | None:
-        """One attempt through the official SDK of the client's surface, on `http`'s connection pool."""
+        """One attempt through the official SDK of the client's surface (`http` is unused: each SDK
+        keeps its own connections)."""
         import anthropic
         import openai
 
@@ -358,9 +378,8 @@ class Load:
         parts: list[str] = []
         done = False
         try:
+            sdk = self._sdks[client.index]
             if client.surface == "chat":
-                sdk = openai.AsyncOpenAI(base_url=f"{http.base_url}v1", api_key=API_KEY, max_retries=0,
-                                         http_client=http)
                 stream = await sdk.chat.completions.create(model=self.model, messages=messages, stream=True,
                                                            max_tokens=self.max_tokens, temperature=0)
                 attempt.status = 200
@@ -372,10 +391,9 @@ class Load:
                         if text and self._delivering(client, parts, text, disconnect, attempt):
                             return None
             else:
-                sdk = anthropic.AsyncAnthropic(base_url=str(http.base_url).rstrip("/"), api_key=API_KEY,
-                                               max_retries=0, http_client=http)
                 stream = await sdk.messages.create(model=self.model, messages=messages, stream=True,
-                                                   max_tokens=self.max_tokens, temperature=0)
+                                                   max_tokens=self.max_tokens,
+                                                   extra_body={"temperature": 0})  # not a parameter of SDK 2.x
                 attempt.status = 200
                 async with stream:
                     async for event in stream:
@@ -409,14 +427,21 @@ class Load:
                 attempt.outcome, attempt.code = "stream_error", (exc.body or {}).get("code") \
                     if isinstance(exc.body, dict) else None
                 return None
-            attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
+            # A connection error: before the response, or (the SDK wraps it too) mid-body, where a
+            # connection closed before the body's end is Serve's proxy ending the stream.
+            cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else ""
+            cut = attempt.status == 200 and "Protocol" in cause
+            attempt.outcome, attempt.clear = ("stream_cut" if cut else "transport"), False
+            attempt.code = f"{type(exc).__name__}({cause}: {str(exc.__cause__)[:120]})" if cause else type(exc).__name__
             return None
-        except httpx.RemoteProtocolError as exc:
-            outcome = "stream_cut" if attempt.status == 200 else "transport"
+        except Exception as exc:
+            # The transport failed mid-stream, under the SDK (httpx's errors, or the HTTP library
+            # the SDK vendors: matched by name). After a 200, a connection closed mid-body is how
+            # Serve's proxy ends a stream whose ingress replica died.
+            if not re.search(r"Protocol|Transport|Read|Connect|Timeout|Network|Stream", type(exc).__name__):
+                raise
+            outcome = "stream_cut" if attempt.status == 200 and "Protocol" in type(exc).__name__ else "transport"
             attempt.outcome, attempt.clear, attempt.code = outcome, False, type(exc).__name__
-            return None
-        except httpx.TransportError as exc:
-            attempt.outcome, attempt.clear, attempt.code = "transport", False, type(exc).__name__
             return None
         finally:
             client.streaming = False
@@ -628,6 +653,9 @@ class Rig:
     (the CLI, or pytest).
     """
 
+    sdk = False
+    """The clients speak raw HTTP (a subclass may use the official SDKs)."""
+
     def __init__(self, profile: Path, *, conversations: int = 16, max_tokens: int = 24,
                  timings: Timings = Timings(), log_dir: Path = Path(".bench")):
         self.profile, self.conversations, self.max_tokens = Path(profile), conversations, max_tokens
@@ -653,8 +681,6 @@ class Rig:
         self._stack.close()  # in reverse: the load, the loop, the cluster, Redis, the env
 
     def _start(self, stack: contextlib.ExitStack) -> None:
-        import threading
-
         from macaron_ray.engine.local_server import free_port
         from macaron_ray.serve.args import load_profile
         from macaron_ray.serve.local_cluster import RAY_ENV, LocalRayCluster
@@ -677,6 +703,12 @@ class Rig:
         self.wait_healthy()
         self.deploy_s = round(time.monotonic() - started, 1)
         self.private = tuple(s.adapter_id for s in self.args.registry().specialists) + (str(self.args.base_source()),)
+        self._start_loop(stack)
+
+    def _start_loop(self, stack: contextlib.ExitStack) -> None:
+        """The event loop the load and the phases run on, in a thread of its own."""
+        import threading
+
         self._loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self._loop.run_forever, name="chaos-loop", daemon=True)
         thread.start()
@@ -712,10 +744,17 @@ class Rig:
             self._runner.result()  # raises what stopped the clients
             raise RuntimeError("the load's clients stopped")
 
+    def load_urls(self) -> list[str]:
+        """Where the clients send their turns."""
+        return [self.url]
+
+    def injector(self, load: Load | None) -> "Injector":
+        return Injector(self.cluster, self.redis, load, self.timings)
+
     def start_load(self) -> Load:
         if self.load is None:
-            self.load = Load(self.url, self.args.public_model, self.conversations, self.max_tokens,
-                             tenant=self.tenant, private=self.private)
+            self.load = Load(self.load_urls(), self.args.public_model, self.conversations, self.max_tokens,
+                             tenant=self.tenant, private=self.private, sdk=self.sdk)
             self._runner = asyncio.run_coroutine_threadsafe(self.load.run(), self._loop)
             self._stack.callback(self._stop_load)
         return self.load
@@ -726,7 +765,7 @@ class Rig:
         load = self.start_load()
         t = self.timings
         bound = t.quiet_s + t.redis_down_s + t.stall_s + t.disconnect_s + t.timeout_s + t.settle_s + 120
-        injector = Injector(self.cluster, self.redis, load, t)
+        injector = self.injector(load)
         result, undelivered = self._run(_phase(fault, injector, load, self.redis, self.tenant), bound)
         self._load_alive()
         result["undelivered"] = len(undelivered - self._undelivered)

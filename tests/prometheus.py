@@ -18,10 +18,11 @@ SCRAPE_INTERVAL_S = 1
 
 
 class PrometheusServer:
-    """Scrapes `targets` (host:port, path /metrics) every second; stopped on exit."""
+    """Scrapes `targets` (host:port, path /metrics) every second, or the targets of a service
+    discovery file (`file_sd`: Ray's prom_metrics_service_discovery.json); stopped on exit."""
 
-    def __init__(self, targets: list[str], workdir: Path):
-        self.targets = targets
+    def __init__(self, targets: list[str], workdir: Path, file_sd: Path | None = None):
+        self.targets, self.file_sd = targets, file_sd
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -33,7 +34,10 @@ class PrometheusServer:
         config = self.workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "evaluation_interval": "5s"},
-            "scrape_configs": [{"job_name": "macaron", "static_configs": [{"targets": self.targets}]}],
+            "scrape_configs": [{"job_name": "macaron", "static_configs": [{"targets": self.targets}]}
+                               if self.file_sd is None else
+                               {"job_name": "ray", "file_sd_configs": [{"files": [str(self.file_sd)],
+                                                                        "refresh_interval": "5s"}]}],
         }))
         log = open(self.workdir / "prometheus.log", "wb")
         self._proc = subprocess.Popen(

@@ -317,6 +317,8 @@ class ContainerCluster:
     def __init__(self, plan: Plan, *, cluster: str = "macaron", log=print):
         self.plan, self.cluster, self.log = plan, cluster, log
         self.timings: dict[str, float] = {}
+        self.idle_memory: dict[str, int] = {}
+        """Each container's memory once the application is RUNNING, before any request (set by the caller)."""
 
     # Bring-up --------------------------------------------------------------------------------------
 
@@ -361,6 +363,10 @@ class ContainerCluster:
     def restart(self, pod: Pod) -> None:
         """The same container again (the kubelet restarting a pod's container)."""
         docker("start", pod.name)
+
+    def restart_container(self, pod: Pod) -> None:
+        """SIGTERM, then the same container started again."""
+        docker("restart", "-t", "10", pod.name, timeout_s=60)
 
     def disconnect(self, pod: Pod) -> None:
         docker("network", "disconnect", "--force", NETWORK, pod.name)
@@ -435,6 +441,20 @@ class ContainerCluster:
                 raise ClusterError("the Serve application failed to deploy: " + "; ".join(failed))
             return self.app_running()
         self._wait(running, timeout_s, "the Serve application is not RUNNING", self.plan.head)
+
+    def healthy(self) -> bool:
+        """Every container running, the application RUNNING and each deployment HEALTHY."""
+        if not all(self.running(p) for p in self.plan.pods):
+            return False
+        try:
+            apps = self.applications()
+        except httpx.HTTPError:
+            return False
+        return self.app_running() and all(d.get("status") == "HEALTHY" for a in apps.values()
+                                           for d in (a.get("deployments") or {}).values())
+
+    def wait_all_running(self, timeout_s: float = 600) -> None:
+        self._wait(self.healthy, timeout_s, "the cluster is not healthy again", self.plan.head)
 
     def _wait(self, ready, timeout_s: float, what: str, pod: Pod) -> None:
         deadline = time.monotonic() + timeout_s

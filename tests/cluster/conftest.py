@@ -30,8 +30,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.cluster)
 
 
-def docker(*args: str, timeout_s: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout_s)
+def docker(*args: str, timeout_s: float = 120, check: bool = True, input_text: str | None = None
+           ) -> subprocess.CompletedProcess:
+    out = subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout_s, input=input_text)
     if check and out.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args[:3])}: {out.stderr[-2000:]}")
     return out
@@ -55,3 +56,25 @@ def image() -> Iterator[str]:
     finally:
         if started_daemon and Path("/var/run/docker.pid").exists():
             os.kill(int(Path("/var/run/docker.pid").read_text()), signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def pods(image) -> Iterator:
+    """The chart (values-cpu.yaml) as containers of the image: `macaron cluster up --containers`,
+    shared by the pod tests; removed at the end (containers, volumes, network), whatever happened."""
+    from macaron_ray.cluster import containers
+
+    plan = containers.render_plan([containers.DEFAULT_VALUES], redis_image=image, image=image)
+    cluster = containers.ContainerCluster(plan)
+    try:
+        cluster.up(timeout_s=600)
+        print("cluster up:", cluster.timings)
+        cluster.idle_memory = cluster.memory()
+        yield cluster
+    finally:
+        cluster.down()
+        left = [docker(*args, check=False).stdout.split() for args in (
+            ("ps", "-aq", "--filter", f"label={containers.LABEL}"),
+            ("volume", "ls", "-q", "--filter", f"label={containers.LABEL}"),
+            ("network", "ls", "-q", "--filter", f"name=^{containers.NETWORK}$"))]
+        assert left == [[], [], []], f"the container cluster left {left}"

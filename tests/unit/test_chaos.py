@@ -61,6 +61,30 @@ def test_clients_retry_refused_turns_and_every_stored_turn_was_delivered(tmp_pat
     assert result["undelivered"] == 0 and result["lost"] == 0  # every stored turn was delivered
 
 
+def test_sdk_clients_classify_failures_as_the_http_clients_do(tmp_path):
+    """The official SDKs (the cluster tier's clients), over two URLs: the same refusals (503 +
+    Retry-After), the same mid-stream error events, the same bookkeeping."""
+    engine = FakeEngine(chunk_delay_s=0.01, tag=lambda a: next(k for k, v in SECRET_ADAPTERS.items() if v == a))
+    engine.fail(lambda r: FakeEngine.kind(r) == "answer", times=6, error=EngineUnavailable)
+    engine.fail(lambda r: FakeEngine.kind(r) == "answer", after_chunks=2, times=3)  # mid-stream
+    api = start_api(engine, WhitespaceTokenCounter(), tmp_path / "s.db")
+    try:
+        load = chaos.Load([api.base_url, api.base_url], PUBLIC_MODEL, conversations=4, max_tokens=8,
+                          start_jitter_s=0.1, private=tuple(SECRET_ADAPTERS.values()), sdk=True)
+        run_load(load, 6.0)
+    finally:
+        api.stop()
+    summary = chaos.attempts_summary([a for c in load.clients for a in c.attempts], 0.0, float("inf"))
+    assert summary["failed_by_kind"] == {"refused": 6, "stream_error": 3}, summary
+    assert summary["unclear"] == 0 and summary["retries"] > 0
+    refused = [a for c in load.clients for a in c.attempts if a.outcome == "refused"]
+    assert {(a.status, a.retry_after) for a in refused} == {(503, "1")}
+    delivered = set().union(*(c.delivered for c in load.clients))
+    assert len(delivered) > 8 and load.scan.found == set()
+    after = stored(tmp_path / "s.db")
+    assert chaos.check(after, after, delivered)["undelivered"] == 0
+
+
 def test_disconnecting_clients_roll_their_turns_back(tmp_path):
     api = start_api(FakeEngine(chunk_delay_s=0.01), WhitespaceTokenCounter(), tmp_path / "s.db")
     try:

@@ -839,3 +839,54 @@ def test_macaron_k8s_render_reports_bad_values(capsys, tmp_path):
     assert main(["k8s", "render", "-f", str(CHART / "values-cpu.yaml"), "-f", str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "additional properties 'replcas' not allowed" in captured.err
+
+
+# -- what the container cluster taught (issue 32) -------------------------------------------------
+
+
+def test_gcs_fault_tolerance_is_on_with_the_charts_redis_and_off_without_it():
+    manifests = render(values_of("values-cpu.yaml"))
+    ft = one(manifests, "RayService")["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
+    assert ft == {"redisAddress": "macaron-redis:6379",
+                  "redisPassword": {"valueFrom": {"secretKeyRef": {"name": "macaron-redis-auth", "key": "password"}}}}
+    # No namespace of the chart's: KubeRay gives each RayCluster its own (its UID), so the two
+    # clusters of a NewCluster upgrade never share GCS state.
+    assert "externalStorageNamespace" not in ft
+    external = render(with_values(values_of("values-cpu.yaml"),
+                                  store={"mode": "external", "externalUrl": "redis://cache:6379/0"}))
+    assert "gcsFaultToleranceOptions" not in one(external, "RayService")["spec"]["rayClusterConfig"]
+    off = render(with_values(values_of("values-cpu.yaml"), rayService__gcsFaultTolerance=False))
+    assert "gcsFaultToleranceOptions" not in one(off, "RayService")["spec"]["rayClusterConfig"]
+    with pytest.raises(k8s.ChartError, match="gcsFaultTolerance needs store.mode internal"):
+        render(with_values(values_of("values-cpu.yaml"), rayService__gcsFaultTolerance=True,
+                           store={"mode": "external", "externalUrl": "redis://cache:6379/0"}))
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.name)
+def test_every_ray_container_advertises_its_own_address_to_nixl(path):
+    """The decode engine pulls KV from the address the prefill engine advertises: the pod's IP,
+    not vLLM's default (localhost), which on another pod is the wrong machine."""
+    for container in ray_containers(one(render(values_of(path.name)), "RayService")):
+        env = {e["name"]: e for e in container["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert {"name": "nixl", "containerPort": 5600} in container["ports"]
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.name)
+def test_each_group_that_runs_engines_has_a_disruption_budget(path):
+    manifests = render(values_of(path.name))
+    args = AppArgs.model_validate(macaron_args(serve_config(manifests)))
+    engine_types = {spec.node_type for spec in args.roles().values()}
+    budgets = {m.obj["spec"]["selector"]["matchLabels"]["macaron.ai/node-type"]: m.obj
+               for m in manifests if m.kind == "PodDisruptionBudget"}
+    assert set(budgets) == engine_types, (set(budgets), engine_types)
+    for budget in budgets.values():
+        assert budget["spec"]["maxUnavailable"] == 1
+    # The selector matches the engine pods' own labels.
+    for group in ray_groups(one(manifests, "RayService")).values():
+        labels = group["template"]["metadata"]["labels"]
+        if labels["macaron.ai/node-type"] in budgets:
+            selector = budgets[labels["macaron.ai/node-type"]]["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= labels.items()
+    off = render(with_values(values_of(path.name), disruptionBudgets__enabled=False))
+    assert not [m for m in off if m.kind == "PodDisruptionBudget"]
