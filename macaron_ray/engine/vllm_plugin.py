@@ -20,7 +20,9 @@ delay; processes without that variable (GPU profiles) are left as they are.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
+import sys
 
 ENV = "MACARON_NIXL_PROGRESS_DELAY_US"
 
@@ -40,8 +42,27 @@ class _BindingsWithDelay:
         return self._bindings.nixlAgent(name, config)
 
 
+def _log_handler() -> None:
+    """vLLM's log lines, where its own logging setup is off (VLLM_CONFIGURE_LOGGING=0: its
+    `dictConfig` would close the process's other handlers, Serve's among them; serve/args.py
+    REPLICA_ENV): a stream handler on the `vllm` logger, added once, nothing else touched."""
+    if os.environ.get("VLLM_CONFIGURE_LOGGING", "1") != "0":
+        return
+    logger = logging.getLogger("vllm")
+    if any(getattr(h, "macaron_vllm", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.macaron_vllm = True
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
+                                           "%m-%d %H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "INFO"))
+    logger.propagate = False
+
+
 def register() -> None:
     """Called by vLLM in every process that loads plugins; safe to call more than once."""
+    _log_handler()
     value = os.environ.get(ENV)
     if not value:
         return

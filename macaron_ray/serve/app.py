@@ -28,7 +28,8 @@ from ray import serve
 from ray.serve.deployment import Application
 
 from macaron_ray.serve.args import (
-    DEPLOYMENT_PREFIX, EMBEDDED, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, AppArgs, StoreArgs, node_type_resource,
+    DEPLOYMENT_PREFIX, EMBEDDED, INGRESS_DEPLOYMENT, NODE_TYPE_SHARE, REPLICA_ENV, AppArgs, StoreArgs,
+    node_type_resource,
 )
 
 
@@ -162,7 +163,7 @@ def build_app(args: dict[str, Any]) -> Application:
 def ingress_deployment(app_args: AppArgs):
     """The MoLIngress deployment as the profile sizes and places it (bind it to router and answer)."""
     ingress = app_args.ingress
-    actor_options: dict[str, Any] = {"num_cpus": ingress.num_cpus}
+    actor_options: dict[str, Any] = {"num_cpus": ingress.num_cpus, "runtime_env": {"env_vars": dict(REPLICA_ENV)}}
     if ingress.node_type:
         actor_options["resources"] = {node_type_resource(ingress.node_type): NODE_TYPE_SHARE}
     return serve.deployment(MoLIngress, name=INGRESS_DEPLOYMENT, num_replicas=ingress.num_replicas,

@@ -38,6 +38,12 @@ vLLM engine died is replaced after three failed checks: 6 s instead of 30 s of 5
 restart even begins (`macaron chaos`, decode_kill and prefill_kill)."""
 NODE_TYPE_RESOURCE_PREFIX = "macaron_node_"
 """A node of type T advertises the custom resource `macaron_node_T` (see cluster/)."""
+REPLICA_ENV = {"VLLM_CONFIGURE_LOGGING": "0"}
+"""In every replica's environment. vLLM configures logging with `dictConfig` when it is imported,
+which closes every handler of the process, Serve's own among them; a Serve controller that
+restarts (a head lost, then restored by GCS fault tolerance) then fails its check of each running
+replica (`is_allocated`: "'NoneType' object has no attribute 'baseFilename'") and replaces them
+all, engines included. vLLM's log lines keep a handler of their own (engine/vllm_plugin.py)."""
 NODE_TYPE_SHARE = 0.001
 """What one replica asks of its node type's resource: a label, not a capacity."""
 NODE_TYPE_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
@@ -423,7 +429,7 @@ class AppArgs(_Strict):
         from ray.serve.llm import LLMConfig
 
         spec = self.roles()[role]
-        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **spec.env_vars}
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", **REPLICA_ENV, **spec.env_vars}
         if spec.cpu_cores:
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_cores
         deployment: dict[str, Any] = {"num_replicas": spec.num_replicas,

@@ -47,3 +47,34 @@ def test_a_bad_delay_is_refused(monkeypatch):
     monkeypatch.setenv(vllm_plugin.ENV, "0")
     with pytest.raises(ValueError, match="positive number of microseconds"):
         vllm_plugin.register()
+
+
+def test_replicas_keep_vllm_off_their_logging_and_its_lines_keep_a_handler(monkeypatch):
+    """vLLM's dictConfig closed Serve's log handler in each replica; a restarted Serve controller
+    then replaced every replica (found on the container cluster, issue 32)."""
+    import logging
+
+    from macaron_ray.serve.app import ingress_deployment
+    from macaron_ray.serve.args import REPLICA_ENV, load_profile
+    from macaron_ray.paths import PACKAGE_DIR
+    from macaron_ray.engine import vllm_plugin
+
+    args = load_profile(PACKAGE_DIR.parent / "deployments" / "local-cpu.yaml")
+    assert REPLICA_ENV == {"VLLM_CONFIGURE_LOGGING": "0"}
+    for role in args.roles():
+        assert args.llm_config(role).runtime_env["env_vars"]["VLLM_CONFIGURE_LOGGING"] == "0"
+    assert ingress_deployment(args).ray_actor_options["runtime_env"]["env_vars"] == REPLICA_ENV
+    logger = logging.getLogger("vllm")
+    saved = list(logger.handlers), logger.propagate, logger.level
+    try:
+        logger.handlers = []
+        monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "1")
+        vllm_plugin.register()
+        assert logger.handlers == []  # vLLM configures itself
+        monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "0")
+        vllm_plugin.register()
+        vllm_plugin.register()
+        assert len(logger.handlers) == 1 and not logger.propagate
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
