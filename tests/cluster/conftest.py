@@ -6,6 +6,7 @@ had to start is stopped again at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -78,3 +79,16 @@ def pods(image) -> Iterator:
             ("volume", "ls", "-q", "--filter", f"label={containers.LABEL}"),
             ("network", "ls", "-q", "--filter", f"name=^{containers.NETWORK}$"))]
         assert left == [[], [], []], f"the container cluster left {left}"
+
+
+@pytest.fixture(scope="session")
+def report(pods) -> dict:
+    """The tier's figures, written to .bench/cluster.json each time a test adds some (`write()`)."""
+    figures: dict = {"up": pods.timings, "faults": []}
+
+    def write() -> None:
+        (ROOT / ".bench").mkdir(exist_ok=True)
+        (ROOT / ".bench" / "cluster.json").write_text(
+            json.dumps({k: v for k, v in figures.items() if k != "write"}, indent=2) + "\n")
+    figures["write"] = write
+    return figures

@@ -51,7 +51,7 @@ def test_the_replicas_land_on_the_pods_the_profile_places_them_on(pods):
     assert len(ips["api"]) == 2
 
 
-def test_every_proxy_serves_the_three_surfaces_through_the_sdks(pods):
+def test_every_proxy_serves_the_three_surfaces_through_the_sdks(pods, report):
     timings = []
     for url in pods.serve_urls():
         with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0,
@@ -69,6 +69,8 @@ def test_every_proxy_serves_the_three_surfaces_through_the_sdks(pods):
                                         messages=[{"role": "user", "content": "Say hello to Ana."}]) as stream:
                 assert "".join(stream.text_stream).strip()
     print("Server-Timing:", timings)
+    report["server_timing"] = timings
+    report["write"]()
     for header in timings:  # each hop, timed where the ingress ran it
         hops = dict(re.findall(r"(\w+);dur=([0-9.]+)", header))
         assert {"route", "ttft", "answer", "total"} <= set(hops), header
@@ -87,7 +89,7 @@ def _sent_bytes(pods, group: str) -> int:
     return int(out.stdout)
 
 
-def test_the_kv_cache_crosses_the_network_over_nixl(pods):
+def test_the_kv_cache_crosses_the_network_over_nixl(pods, report):
     """Both sides count the hand-over: the decode engine's NIXL counter and the prefill pod's
     interface. A long prompt's KV (23,040 bytes a token for this base) dwarfs the rest of the
     traffic the prefill pod sends for it (its one-token answer and the tokens of the route hop)."""
@@ -103,6 +105,8 @@ def test_the_kv_cache_crosses_the_network_over_nixl(pods):
         time.sleep(3)
     sent = _sent_bytes(pods, "prefill") - sent_before
     print(f"{tokens} prompt tokens: NIXL moved {moved:.0f} bytes (decode's counter); the prefill pod sent {sent} bytes")
+    report["nixl"] = {"prompt_tokens": tokens, "nixl_bytes": moved, "prefill_sent_bytes": sent}
+    report["write"]()
     assert moved >= 0.8 * tokens * 23040, (moved, tokens)
     assert sent >= moved, (sent, moved)
     failed = [line for line in httpx.get(f"http://{pods.plan.group('decode')[0].ip}:8080/metrics").text.splitlines()

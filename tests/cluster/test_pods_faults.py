@@ -11,7 +11,7 @@ import time
 import pytest
 
 from macaron_ray.cluster import faults
-from tests.cluster.conftest import ROOT, docker
+from tests.cluster.conftest import docker
 
 TIMINGS = faults.Timings(quiet_s=5.0, settle_s=10.0, timeout_s=240.0, partition_s=30.0)
 """The partition outlasts Serve's health checks (3 misses of 10 s): the partitioned replica is replaced."""
@@ -28,18 +28,6 @@ def prometheus(pods, tmp_path_factory):
     sd.write_text(docker("exec", pods.plan.head.name, "cat", "/tmp/ray/prom_metrics_service_discovery.json").stdout)
     with PrometheusServer([], workdir, file_sd=sd) as prom:
         yield prom
-
-
-@pytest.fixture(scope="module")
-def report(pods):
-    """The tier's figures, written to .bench/cluster.json as the tests add them."""
-    figures: dict = {"up": pods.timings, "faults": []}
-
-    def write() -> None:
-        (ROOT / ".bench").mkdir(exist_ok=True)
-        (ROOT / ".bench" / "cluster.json").write_text(json.dumps({k: v for k, v in figures.items() if k != "write"}, indent=2) + "\n")
-    figures["write"] = write
-    yield figures
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def _aggregated_config(config: dict) -> dict:
     return config
 
 
-def test_pd_across_containers_equals_the_aggregated_topology(pods):
+def test_pd_across_containers_equals_the_aggregated_topology(pods, report):
     pd_args = AppArgs.model_validate(pods.plan.serve_config["applications"][0]["args"])
     pd = _greedy(pods, pd_args)
     config = _aggregated_config(pods.plan.serve_config)
@@ -51,5 +51,7 @@ def test_pd_across_containers_equals_the_aggregated_topology(pods):
     aggregated = _greedy(pods, agg_args)
     verdicts = {name: assert_greedy_equal(pd[name], aggregated[name]) for name in MODELS}
     print("PD across containers vs aggregated:", verdicts)
+    report["pd_vs_aggregated"] = verdicts
+    report["write"]()
     assert all("".join(t for t, _ in pd[name]).strip() for name in MODELS)
     assert sum(v == "equal" for v in verdicts.values()) >= 4, verdicts
