@@ -13,7 +13,7 @@ import pytest
 from macaron_ray.cluster import faults
 from tests.cluster.conftest import docker
 
-TIMINGS = faults.Timings(quiet_s=5.0, settle_s=10.0, timeout_s=240.0, partition_s=30.0)
+TIMINGS = faults.Timings(quiet_s=3.0, settle_s=5.0, timeout_s=240.0, partition_s=30.0)
 """The partition outlasts Serve's health checks (3 misses of 10 s): the partitioned replica is replaced."""
 
 
