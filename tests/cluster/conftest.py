@@ -59,10 +59,11 @@ def image() -> Iterator[str]:
             os.kill(int(Path("/var/run/docker.pid").read_text()), signal.SIGTERM)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pods(image) -> Iterator:
     """The chart (values-cpu.yaml) as containers of the image: `macaron cluster up --containers`,
-    shared by the pod tests; removed at the end (containers, volumes, network), whatever happened."""
+    shared by the pod tests; removed when this tier ends (containers, volumes, network), whatever
+    happened, before the next tier starts: its engines are pinned to the cores the others use."""
     from macaron_ray.cluster import containers
 
     plan = containers.render_plan([containers.DEFAULT_VALUES], redis_image=image, image=image)
@@ -81,7 +82,7 @@ def pods(image) -> Iterator:
         assert left == [[], [], []], f"the container cluster left {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def report(pods) -> dict:
     """The tier's figures, written to .bench/cluster.json each time a test adds some (`write()`)."""
     figures: dict = {"up": pods.timings, "faults": []}
