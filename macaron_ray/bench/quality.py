@@ -256,12 +256,21 @@ class Runner:
         self.client = httpx.Client(timeout=300.0)
         self.pool = ThreadPoolExecutor(CONCURRENCY)
 
-    def many(self, jobs: list[tuple[str, list[dict], int, list[dict] | None]], answer: bool = True) -> list[Reply]:
-        """answer: the jobs are answer hops (False: summary hops, sent with the engine's defaults)."""
+    def many(self, jobs: list[tuple[str, list[dict], int, list[dict] | None]], answer: bool = True,
+             errors_as_empty: bool = False) -> list[Reply]:
+        """answer: the jobs are answer hops (False: summary hops, sent with the engine's defaults).
+        errors_as_empty: a request the engine rejects (4xx: longer than its context, say) gets an
+        empty reply whose finish reason is "error", instead of ending the run."""
         def one(job):
             label, messages, max_tokens, tools = job
             sampling = EMBEDDED_ANSWER_SAMPLING.get(label) if answer else None
-            return complete(self.client, self.base_url, self.models[label], messages, max_tokens, tools, sampling)
+            try:
+                return complete(self.client, self.base_url, self.models[label], messages, max_tokens, tools,
+                                sampling)
+            except httpx.HTTPStatusError as e:
+                if errors_as_empty and e.response.status_code < 500:
+                    return Reply("", [], 0, "error")
+                raise
 
         return list(self.pool.map(one, jobs))
 
@@ -345,21 +354,33 @@ def meets(section: str, adapter: dict, base: dict) -> bool:
     return (adapter["entity_recall"] >= max(0.9, base["entity_recall"]) and adapter["parroting"] == 0)
 
 
-def run(base_url: str, out: Path, sections: tuple[str, ...] = SECTIONS, built_dir: Path = BUILT_DIR) -> dict:
+def run(base_url: str, out: Path, sections: tuple[str, ...] = SECTIONS, built_dir: Path = BUILT_DIR,
+        suites: tuple[str, ...] = ("project",), bfcl_limit: int | None = None) -> dict:
+    """suites: "project" (this module's sections) and any of `bench.suites.SUITES`."""
+    from macaron_ray.bench import suites as external
+
     data = load()
     adapters = {a.label: a.adapter_id for a in Manifest.load(built_dir).adapters}
-    result: dict = {"targets": TARGETS, "sections": {}}
-    runners = {"adapter": Runner(base_url, adapters), "base": Runner(base_url, {k: BASE for k in adapters})}
-    try:
-        for section in sections:
-            rows = {who: getattr(r, section)(data[section]) for who, r in runners.items()}
-            rows["meets_targets"] = meets(section, rows["adapter"], rows["base"])
-            rows["items"] = len(data[section])
-            result["sections"][section] = rows
-    finally:
-        for r in runners.values():
-            r.close()
-    result["meets_targets"] = all(s["meets_targets"] for s in result["sections"].values())
+    result: dict = {"targets": TARGETS, "sections": {}, "suites": {}}
+    if "project" in suites:
+        runners = {"adapter": Runner(base_url, adapters), "base": Runner(base_url, {k: BASE for k in adapters})}
+        try:
+            for section in sections:
+                rows = {who: getattr(r, section)(data[section]) for who, r in runners.items()}
+                rows["meets_targets"] = meets(section, rows["adapter"], rows["base"])
+                rows["items"] = len(data[section])
+                result["sections"][section] = rows
+        finally:
+            for r in runners.values():
+                r.close()
+    if "humaneval" in suites:
+        result["suites"]["humaneval"] = external.run_humaneval(base_url, adapters)
+    if "bfcl" in suites:
+        result["suites"]["bfcl"] = external.run_bfcl(base_url, adapters, limit=bfcl_limit)
+    for name, rows in result["suites"].items():
+        rows["meets_targets"] = external.meets(name, rows)
+    result["meets_targets"] = all(s["meets_targets"] for s in [*result["sections"].values(),
+                                                                *result["suites"].values()])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
@@ -372,9 +393,17 @@ def _figures(section: str, row: dict) -> str:
 
 
 def format_report(result: dict) -> str:
-    lines = ["quality: adapter vs base, same held-out prompts, temperature 0 (adapters/data/quality.yaml)"]
+    from macaron_ray.bench import suites as external
+
+    lines = []
+    if result["sections"]:
+        lines.append("quality: adapter vs base, same held-out prompts, temperature 0 (adapters/data/quality.yaml)")
     for section, rows in result["sections"].items():
         lines.append(f"  {section} ({rows['items']} items; target: {TARGETS[section]}): met {rows['meets_targets']}")
         for who in ("adapter", "base"):
             lines.append(f"    {who:<8} {_figures(section, rows[who])}")
+    for suite, rows in result.get("suites", {}).items():
+        lines.append(f"  {suite} (external, temperature 0; {external.DOMAIN[suite]} vs base and L0): "
+                     f"met {rows['meets_targets']}")
+        lines += external.format_rows(suite, rows)
     return "\n".join(lines)
