@@ -81,6 +81,20 @@ def _distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distill_code(args: argparse.Namespace) -> int:
+    from macaron_ray.adapters import coding_distill
+    from macaron_ray.adapters.manifest import Manifest
+
+    adapter = {a.label: a.adapter_id for a in Manifest.load(args.adapters).adapters}["L2"]
+    models = {"base": "base", "L2": adapter}
+    result = _on_engine(args, lambda url: coding_distill.run(
+        url, {who: models[who] for who in args.sample_from}, round_=args.round, seed=args.seed))
+    print(f"round {args.round}: {result['passed']} of {result['samples']} sampled answers passed their tests "
+          f"({result['tasks_solved']} of {result['tasks']} tasks solved); added {result['added']}; "
+          f"{result['rows']} rows in {coding_distill.DISTILLED.name}")
+    return 0
+
+
 def _local_server(cores: str, port: int | None, log: Path | None, built_dir: Path = BUILT_DIR) -> LocalVLLMServer:
     from macaron_ray.model.prepare import prepare_base_model
 
@@ -497,6 +511,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     _engine_options(p, "distill")
     p.set_defaults(func=_distill)
+    p = adapters.add_parser("distill-code", help="L2's verified self-distillation: one round (needs an engine)")
+    p.add_argument("--round", type=int, required=True, help="the round's number, recorded with each kept answer")
+    p.add_argument("--sample-from", nargs="+", choices=["base", "L2"], default=["base", "L2"],
+                   help="who answers the tasks: the base, the current L2 adapter (of --adapters)")
+    p.add_argument("--seed", type=int, default=0)
+    _engine_options(p, "distill-code", adapters=True)
+    p.set_defaults(func=_distill_code)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures and write JSON").add_subparsers(
         dest="action", required=True)

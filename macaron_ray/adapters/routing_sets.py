@@ -2,6 +2,8 @@
 
     authored   data/routing_natural.tsv: requests by concept; concepts split train / held-out
     field      data/routing_field.tsv: written before any training decision, never trained on
+    field2     data/routing_field2.tsv: the same, written 2026-12-07 once the first had been read
+               after every recipe (it now serves as a development set)
     follow-up  data/routing_followups.tsv: a previous turn (label + summary, or its user message)
                and a new message: a follow-up that stays with that specialist, or a real switch
 
@@ -45,10 +47,14 @@ def _rows(name: str) -> list[list[str]]:
     return rows
 
 
-def field_set() -> list[LabeledRequest]:
-    """The field set: reported on its own, never trained on."""
-    return [LabeledRequest(text=text, label=label, lang=lang, source="field")
-            for label, lang, text in _rows("routing_field.tsv")]
+FIELD_SETS = {"field": "routing_field.tsv", "field2": "routing_field2.tsv"}
+"""The field sets, oldest first: each written before any training decision that uses it."""
+
+
+def field_set(name: str = "field") -> list[LabeledRequest]:
+    """A field set: reported on its own, never trained on."""
+    return [LabeledRequest(text=text, label=label, lang=lang, source=name)
+            for label, lang, text in _rows(FIELD_SETS[name])]
 
 
 def _concept_split(rows: list[tuple[str, str]]) -> dict[tuple[str, str], Split]:
@@ -114,6 +120,7 @@ def heldout_sets(per_label: int, seed: int) -> dict[str, list[LabeledRequest]]:
     return {
         "heldout": [LabeledRequest(e.text, e.label, e.lang, "generator") for e in generate("heldout", per_label, seed)],
         "authored": authored("heldout"),
-        "field": field_set(),
+        "field": field_set("field"),
+        "field2": field_set("field2"),
         "follow-up": followups("heldout", seed),
     }

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from macaron_ray.adapters import answer_data
+from macaron_ray.adapters import answer_data, coding_distill
 from macaron_ray.adapters.answer_data import Conversation
 from macaron_ray.adapters.manifest import (
     BUILT_DIR, RECIPE_VERSION, AdapterEntry, BaseInfo, Manifest, file_sha256,
@@ -69,7 +69,11 @@ def dataset(label: str, seed: int) -> list[Conversation]:
     if label == "L1":
         return answer_data.with_past_turns(answer_data.agent_conversations(240, seed), label, seed)
     if label == "L2":
-        return answer_data.coding_conversations(160, seed)
+        # Python: only answers that passed their task's tests (verified self-distillation); the
+        # authored snippets keep the other languages.
+        snippets = [c for c in answer_data.coding_conversations(160, seed)
+                    if "```python" not in c.messages[-1]["content"]]
+        return coding_distill.conversations() + snippets
     if label == "L3":
         return answer_data.with_past_turns(answer_data.ui_conversations(160, seed), label, seed)
     raise ValueError(f"unknown label {label!r}")

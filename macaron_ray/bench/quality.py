@@ -74,7 +74,8 @@ def held_out_texts() -> set[str]:
     data = load()
     texts = [i["ask"] for s in ("chat", "agent", "coding", "ui") for i in data[s]]
     texts += [i["user"] for i in data["summaries"]] + [i["next"]["ask"] for i in data["summaries"]]
-    texts += [r.text for r in [*field_set(), *authored("heldout"), *followups("heldout", 0)]]
+    texts += [r.text for r in [*field_set("field"), *field_set("field2"), *authored("heldout"),
+                               *followups("heldout", 0)]]
     return {" ".join(t.casefold().split()) for t in texts}
 
 

@@ -37,7 +37,7 @@ def test_each_set_is_sent_and_reported_apart_and_a_seed_draws_other_heldout_requ
     # The turn runner shows L0 the previous turn: so does the benchmark unless asked otherwise.
     assert sent["follow-up"][1] == followups("heldout", 0) and all(r.context for r in sent["follow-up"][1])
     report = json.loads(out.read_text())
-    assert report["seed"] == 0 and set(report["sets"]) == {"heldout", "authored", "field", "follow-up"}
+    assert report["seed"] == 0 and set(report["sets"]) == {"heldout", "authored", "field", "field2", "follow-up"}
     assert report["context_block"] is True
     args = build_parser().parse_args(["bench", "routing", "--per-label", "5", "--no-context-block",
                                       "--base-url", "http://127.0.0.1:1", "--out", str(out)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from macaron_ray.adapters import train
+from macaron_ray.adapters import coding_distill, train
 from macaron_ray.adapters.distill import load_distilled
 from macaron_ray.bench import suites
 
@@ -81,7 +81,7 @@ def test_targets_need_the_specialist_above_the_base():
 
 def test_no_training_text_holds_a_suite_request():
     """The suites are never trained on: no message of any adapter's training data (nor the distilled
-    answers) contains one of their requests."""
+    answers, nor L2's self-distillation tasks) contains one of their requests."""
     texts = suites.suite_texts()
     assert len(texts) > 2000
     corpus = []
@@ -89,6 +89,7 @@ def test_no_training_text_holds_a_suite_request():
         for conv in train.dataset(label, seed=0):
             corpus += [m["content"] for m in conv.messages if isinstance(m.get("content"), str)]
     corpus += [t for pair in load_distilled() for t in pair]
+    corpus += [a for _, a in coding_distill.requests()] + [t.reference() for t in coding_distill.tasks()]
     folded = "\n".join(" ".join(t.casefold().split()) for t in corpus)
     leaked = [t for t in texts if len(t) >= 24 and t in folded]
     assert not leaked, leaked[:3]

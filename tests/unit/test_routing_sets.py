@@ -18,8 +18,15 @@ def test_the_field_set_covers_every_label_and_language():
     assert len({_norm(r.text) for r in field}) == len(field)
 
 
+def test_the_second_field_set_covers_every_label_and_language_and_repeats_none_of_the_first():
+    field2 = field_set("field2")
+    assert {r.label for r in field2} == set(LABELS) and {r.lang for r in field2} >= set(LANGUAGES)
+    assert len({_norm(r.text) for r in field2}) == len(field2) >= 120
+    assert not {_norm(r.text) for r in field2} & {_norm(r.text) for r in field_set()}
+
+
 def test_no_training_text_repeats_a_field_request():
-    field = {_norm(r.text) for r in field_set()}
+    field = {_norm(r.text) for name in ("field", "field2") for r in field_set(name)}
     training = [*authored("train"), *followups("train")]
     texts = {_norm(r.text) for r in training} | {_norm(r.context.text) for r in training if r.context}
     texts |= {_norm(e.text) for e in generate("train", ROUTE_EXAMPLES_PER_LABEL, 0)}
