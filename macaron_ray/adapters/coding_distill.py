@@ -123,7 +123,12 @@ def _sample(client: httpx.Client, base_url: str, model: str, ask: str, seed: int
 def run(base_url: str, models: dict[str, str], round_: int, out: Path = DISTILLED, seed: int = 0) -> dict:
     """One round: sample every request from each of `models` (who -> engine model name), keep the
     verified answers, and add them to `out` (earlier rounds' rows are kept)."""
-    reqs = requests(seed)
+    rows = load(out)
+    kept_per_ask: dict[str, set[str]] = {}
+    for r in rows:
+        kept_per_ask.setdefault(r["ask"], set()).add(r["answer"])
+    # A request that already has its answers is not asked again.
+    reqs = [(task, ask) for task, ask in requests(seed) if len(kept_per_ask.get(ask, ())) < KEEP_PER_REQUEST]
     client = httpx.Client(timeout=600.0)
     jobs = [(who, model, task, ask, int(hashlib.sha256(f"{seed}:{round_}:{ask}".encode()).hexdigest()[:8], 16))
             for who, model in models.items() for task, ask in reqs]
@@ -138,10 +143,6 @@ def run(base_url: str, models: dict[str, str], round_: int, out: Path = DISTILLE
             passed = [row for rows in pool.map(one, jobs) for row in rows]
     finally:
         client.close()
-    rows = load(out)
-    kept_per_ask: dict[str, set[str]] = {}
-    for r in rows:
-        kept_per_ask.setdefault(r["ask"], set()).add(r["answer"])
     added = {who: 0 for who in models}
     for who, task, ask, text in passed:
         answer = text.strip()

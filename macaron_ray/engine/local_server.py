@@ -120,6 +120,11 @@ class LocalVLLMServer:
         self._log = None
 
     def start(self, timeout_s: float = 300.0) -> "LocalVLLMServer":
+        # Another server on the port would answer the health check below for this one (whose own
+        # bind fails while it loads): refuse before starting.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            if probe.connect_ex((self.spec.host, self.spec.port)) == 0:
+                raise RuntimeError(f"{self.spec.host}:{self.spec.port} is already in use by another process")
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._proc = subprocess.Popen(self.spec.command(), env=self.spec.env(), stdout=self._log,
                                       stderr=subprocess.STDOUT, start_new_session=True)

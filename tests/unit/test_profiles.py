@@ -314,3 +314,19 @@ def test_appargs_capacity_is_strict():
     bad["capacity"]["kv_bytes_per_token"] = 1
     with pytest.raises(ValidationError, match="Extra inputs"):
         AppArgs.model_validate(bad)
+
+
+def test_a_local_engine_refuses_a_port_another_server_holds(tmp_path):
+    """Else the other server would answer the start's health check for the new engine."""
+    import socket
+
+    from macaron_ray.engine.local_server import LocalEngineSpec, LocalVLLMServer
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        spec = LocalEngineSpec(model_dir=tmp_path, adapters={}, port=held.getsockname()[1])
+        server = LocalVLLMServer(spec)
+        with pytest.raises(RuntimeError, match="already in use"):
+            server.start(timeout_s=5)
+        assert server._proc is None  # nothing was started
