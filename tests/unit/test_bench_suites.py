@@ -27,7 +27,12 @@ def test_humaneval_rejects_wrong_missing_and_body_only_answers():
     assert not suites.humaneval_passes(p, _fenced("def has_close_elements(numbers, threshold):\n    return False\n"))
     assert not suites.humaneval_passes(p, "I would compare every pair of numbers.")
     assert not suites.humaneval_passes(p, _fenced(p["canonical_solution"]))  # a bare body does not parse
-    assert not suites.humaneval_passes(p, _fenced("while True:\n    pass\n"))  # loops are cut by the time limit
+    assert not suites.humaneval_passes(p, _fenced("input()\n"))  # no input to wait for
+
+
+def test_humaneval_answers_that_loop_are_cut_by_the_time_limit(monkeypatch):
+    monkeypatch.setattr(suites, "HUMANEVAL_TIMEOUT_S", 1.0)
+    assert not suites.humaneval_passes(suites.humaneval_problems()[0], _fenced("while True:\n    pass\n"))
 
 
 def _ground_truth_calls(item: suites.BfclItem) -> list[dict]:
@@ -90,12 +95,15 @@ def test_no_training_text_holds_a_suite_request():
             corpus += [m["content"] for m in conv.messages if isinstance(m.get("content"), str)]
     corpus += [t for pair in load_distilled() for t in pair]
     corpus += [a for _, a in coding_distill.requests()] + [t.reference() for t in coding_distill.tasks()]
-    folded = "\n".join(" ".join(t.casefold().split()) for t in corpus)
-    leaked = [t for t in texts if len(t) >= 24 and t in folded]
-    assert not leaked, leaked[:3]
-    # The check sees a leak: a suite request inside a training message.
-    planted = folded + "\n" + next(iter(sorted(texts, key=len)[-1:]))
-    assert any(t in planted for t in texts if len(t) >= 24)
+
+    def leaks(messages: list[str]) -> list[str]:
+        folded = "\n".join(" ".join(t.casefold().split()) for t in messages)
+        return [t for t in texts if len(t) >= 24 and t in folded]
+
+    assert not leaks(corpus), leaks(corpus)[:3]
+    # The check sees a leak: a suite request, as written, inside a training message.
+    planted = "Please help:\n" + suites.humaneval_problems()[7]["prompt"] + "\nthanks"
+    assert leaks([*corpus, planted])
 
 
 def test_the_cli_runs_bfcl_as_base_l0_and_the_agent_on_the_same_requests(monkeypatch, tmp_path):
@@ -126,3 +134,13 @@ def test_the_cli_runs_bfcl_as_base_l0_and_the_agent_on_the_same_requests(monkeyp
     assert sorted(seen[quality.BASE]) == sorted(seen[ids["L0"]]) == sorted(seen[ids["L1"]])
     assert rows["base"]["correct"] == rows["L0"]["correct"] == 0 and rows["L1"]["of"] == 10
     assert rows["L1"]["correct"] >= 8 and rows["meets_targets"]
+
+
+def test_a_suite_whose_package_is_missing_stops_before_any_engine_starts(monkeypatch, capsys):
+    from macaron_ray import cli
+
+    monkeypatch.setattr(suites.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(cli, "_on_engine", lambda *a: pytest.fail("an engine was started"))
+    args = cli.build_parser().parse_args(["bench", "quality", "--suite", "project", "bfcl"])
+    assert args.func(args) == 2
+    assert "bfcl_eval" in capsys.readouterr().err

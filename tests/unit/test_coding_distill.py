@@ -82,7 +82,6 @@ def test_l2_trains_on_the_verified_answers_and_no_unverified_python(monkeypatch,
     out.write_text(f'{{"task": "{task.name}", "ask": "Write it.", "answer": "```python\\n{task.sig}: ...\\n```", '
                    '"round": 1, "from": "base"}\n')
     monkeypatch.setattr(cd, "DISTILLED", out)
-    monkeypatch.setattr(cd.conversations, "__defaults__", (out,))
     convs = train.dataset("L2", seed=0)
     python = [c for c in convs if "```python" in c.messages[-1]["content"]]
     assert [c.messages[0]["content"] for c in python] == ["Write it."]
