@@ -162,7 +162,14 @@ def deployment_processes(session_dir: Path, deployment: str):
             titles[proc.pid] = _title(proc)
         except psutil.Error:
             pass
-    mine = [p for p in procs if p.pid in titles and _group(p, titles) == deployment]
+
+    def serves(proc) -> bool:
+        try:
+            return proc.pid in titles and _group(proc, titles) == deployment
+        except psutil.Error:  # it (or a parent) ended while we looked: a replaced replica's
+            return False
+
+    mine = [p for p in procs if serves(p)]
     replicas = [p for p in mine if titles[p.pid].startswith("ray::ServeReplica:")]
     engines = [p for p in mine if "EngineCore" in titles[p.pid]]
     return replicas, engines

@@ -73,15 +73,18 @@ def test_prometheus_reads_every_dashboard_query_across_the_nodes(pods, prometheu
 
     rig.start_load()
     nodes = {p.ip for p in pods.plan.pods if p.group != "redis"}
-    deadline = time.monotonic() + 60
+    engines = {pods.plan.group("prefill")[0].ip, pods.plan.group("decode")[0].ip}
+    # Every node scraped, and the engines' series from their own nodes: an engine replaced by an
+    # earlier fault exports its series only once it has run and been scraped again.
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         up = {r["metric"]["instance"].split(":")[0] for r in prometheus.query('up{job="ray"} == 1')}
-        if nodes <= up:
+        engine_nodes = {r["metric"].get("NodeAddress")
+                        for r in prometheus.query("ray_vllm_num_requests_running")}
+        if nodes <= up and engines <= engine_nodes:
             break
         time.sleep(2)
     assert nodes <= up, (nodes, up)
-    # The engines' series come from their own nodes.
-    engine_nodes = {r["metric"].get("NodeAddress") for r in prometheus.query("ray_vllm_num_requests_running")}
-    assert {pods.plan.group("prefill")[0].ip, pods.plan.group("decode")[0].ip} <= engine_nodes, engine_nodes
+    assert engines <= engine_nodes, engine_nodes
     missing = evaluate_every_panel(prometheus, "5m")
     assert not missing, missing
