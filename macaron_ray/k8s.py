@@ -8,6 +8,10 @@ the same `values.schema.json` check. Nothing here talks to a cluster.
 The chart reads the project's own files through links (`profiles/` ->
 `deployments/`, `clusters/` -> `cluster/`, `dashboards/` -> `dashboards/`),
 which Helm follows, so it is rendered from a source checkout.
+
+The `kuberay_*` functions model what KubeRay's operator builds from the rendered
+RayService (the pods' labels, the head Service, the serve Service's name) and the
+hash it compares on an upgrade, so the chart can be held to them without a cluster.
 """
 
 from __future__ import annotations
@@ -167,3 +171,103 @@ def lint(values: dict[str, Any], *, chart_dir: Path = CHART_DIR, kube_version: s
 def lint_failures(messages: list[LintMessage]) -> list[LintMessage]:
     """What fails a strict lint: warnings and errors."""
     return [m for m in messages if m.severity in ("WARNING", "ERROR", "UNKNOWN")]
+
+
+# -- What KubeRay's operator makes of the RayService ---------------------------------------------
+#
+# The CRD schema says what KubeRay accepts; these say what its operator then builds from it, as
+# KubeRay v1.7.0's source does (ray-operator/controllers/ray/...). There is no cluster here, so
+# the chart's tests and the container tier hold the rendered objects to these rules instead.
+
+KUBERAY_APP_NAME = "kuberay"
+"""utils.ApplicationName: the `app.kubernetes.io/name` KubeRay gives its pods and selects them by."""
+KUBERAY_CREATED_BY = "kuberay-operator"
+"""utils.ComponentName, KubeRay's `app.kubernetes.io/created-by`."""
+_UNOVERRIDABLE_POD_LABELS = ("ray.io/node-type", "ray.io/group", "ray.io/cluster")
+
+
+def kuberay_pod_labels(group: dict[str, Any], *, cluster: str, head: bool) -> dict[str, str]:
+    """The labels of a pod KubeRay starts for `group` (a headGroupSpec or workerGroupSpecs entry)
+    of the RayCluster `cluster`: common/pod.go `labelPod` over `mergeLabels` of the template's
+    labels and the group's `labels`. The template may override every default but node type, group
+    and cluster, `app.kubernetes.io/name` included."""
+    node_type = "head" if head else "worker"
+    labels = {
+        "ray.io/is-ray-node": "yes",
+        "ray.io/cluster": cluster,
+        "ray.io/node-type": node_type,
+        "ray.io/group": "headgroup" if head else group["groupName"],
+        "ray.io/identifier": f"{cluster}-{node_type}"[-63:],
+        "app.kubernetes.io/name": KUBERAY_APP_NAME,
+        "app.kubernetes.io/created-by": KUBERAY_CREATED_BY,
+    }
+    overrides = {**(group["template"].get("metadata") or {}).get("labels", {}), **group.get("labels", {})}
+    labels.update({k: v for k, v in overrides.items() if k not in _UNOVERRIDABLE_POD_LABELS})
+    return labels
+
+
+def kuberay_head_service(rayservice: dict[str, Any], *, cluster: str) -> dict[str, Any]:
+    """The Service `<RayService>-head-svc` the RayService controller keeps pointed at its serving
+    cluster: common/service.go `BuildHeadServiceForRayService`, which calls `BuildServiceForHeadPod`
+    with no labels, so the selector is `HeadServiceLabels` as they are (the template's
+    `app.kubernetes.io/name` does not reach it, unlike the RayCluster's own head Service's), and
+    the ports are the head container's named ports (`getServicePorts`)."""
+    spec = rayservice["spec"]["rayClusterConfig"]
+    container = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+    ports = {p.get("name") or f"{p['containerPort']}-port": p["containerPort"] for p in container.get("ports", [])}
+    if not ports:
+        ports = {"client": 10001, "gcs-server": 6379, "dashboard": 8265, "metrics": 8080, "serve": 8000}
+    ports.setdefault("metrics", 8080)
+    name = rayservice["metadata"]["name"]
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": f"{name}-head-svc"},
+        "spec": {
+            "selector": {
+                "ray.io/cluster": cluster,
+                "ray.io/node-type": "head",
+                "ray.io/identifier": f"{cluster}-head"[-63:],
+                "app.kubernetes.io/name": KUBERAY_APP_NAME,
+                "app.kubernetes.io/created-by": KUBERAY_CREATED_BY,
+            },
+            "ports": [{"name": n, "port": p} for n, p in sorted(ports.items())],
+        },
+    }
+
+
+def kuberay_serve_service_name(rayservice: dict[str, Any], *, cluster: str) -> str:
+    """The serve Service KubeRay makes: common/service.go `BuildServeService` names it after the
+    RayService (`<RayService>-serve-svc`, switched to each new cluster), but under
+    NewClusterWithIncrementalUpgrade (`utils.IsIncrementalUpgradeEnabled`, with its feature gate)
+    after each RayCluster (`<RayCluster>-serve-svc`), behind a Gateway it makes."""
+    strategy = rayservice["spec"].get("upgradeStrategy", {}).get("type")
+    owner = cluster if strategy == "NewClusterWithIncrementalUpgrade" else rayservice["metadata"]["name"]
+    return f"{owner}-serve-svc"
+
+
+def kuberay_cluster_hash(cluster_spec: dict[str, Any]) -> str:
+    """What the RayService controller compares to decide whether a cluster spec changed
+    (`shouldUpdateCluster`, `shouldPrepareNewCluster` via `isClusterSpecHashEqual`):
+    utils `GenerateHashWithoutReplicasAndWorkersToDelete`, which mutes each worker group's
+    replicas, minReplicas, maxReplicas and scaleStrategy.workersToDelete (the autoscaler's to
+    change), the pods' tolerations and scheduling gates, and the spec's upgradeStrategy. Two specs
+    get equal hashes here exactly when they do in KubeRay (the bytes hashed are not Go's)."""
+    import hashlib
+    import json
+
+    spec = copy.deepcopy(cluster_spec)
+    spec.pop("upgradeStrategy", None)
+    for group in spec.get("workerGroupSpecs", []):
+        for key in ("replicas", "minReplicas", "maxReplicas"):
+            group.pop(key, None)
+        group.get("scaleStrategy", {}).pop("workersToDelete", None)
+    for group in [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]:
+        pod = group["template"].get("spec", {})
+        pod.pop("tolerations", None)
+        pod.pop("schedulingGates", None)
+    return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Whether a Service's (equality) selector selects a pod with these labels."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())

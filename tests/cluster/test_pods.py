@@ -41,6 +41,30 @@ def test_each_pod_runs_as_the_chart_renders_it(pods):
         pods.plan.head.command[-1]
 
 
+def test_the_head_service_reaches_the_dashboard_through_kuberays_selector(pods):
+    """KubeRay keeps `<RayService>-head-svc` pointed at the serving cluster's head with the
+    selector of common/service.go `BuildHeadServiceForRayService` -> `BuildServiceForHeadPod`, over
+    the labels common/pod.go `labelPod` gives the pods from the chart's templates (modelled in
+    macaron_ray.k8s). The runner has no Services: the pod that selector picks from the chart as
+    rendered must be the head, and Ray's dashboard must answer there on the Service's port."""
+    from macaron_ray import k8s
+    from macaron_ray.cluster import containers
+
+    rendered = k8s.render(k8s.load_values([containers.DEFAULT_VALUES]))
+    rayservice = next(m.obj for m in rendered if m.kind == "RayService")
+    cluster = f"{rayservice['metadata']['name']}-x7k2q"
+    service = k8s.kuberay_head_service(rayservice, cluster=cluster)
+    spec = rayservice["spec"]["rayClusterConfig"]
+    groups = [("head", spec["headGroupSpec"], True)] + [(g["groupName"], g, False) for g in spec["workerGroupSpecs"]]
+    selected = [name for name, group, head in groups
+                if k8s.selects(service["spec"]["selector"], k8s.kuberay_pod_labels(group, cluster=cluster, head=head))]
+    assert selected == ["head"], (service["spec"]["selector"], selected)
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "dashboard")
+    [head] = pods.plan.group("head")
+    version = httpx.get(f"http://{head.ip}:{port}/api/version", timeout=10)
+    assert version.status_code == 200 and version.json()["ray_version"], version.text
+
+
 def test_the_replicas_land_on_the_pods_the_profile_places_them_on(pods):
     apps = pods.applications()
     deployments = apps["macaron"]["deployments"]

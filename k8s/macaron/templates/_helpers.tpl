@@ -36,6 +36,18 @@ app.kubernetes.io/name: {{ include "macaron.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+What the chart's own selectors find the Ray pods by (PodMonitors, disruption budgets, the Redis
+NetworkPolicy), across both clusters of an upgrade. Not app.kubernetes.io/name: the Ray pods leave
+it to KubeRay (`kuberay`), because the head Service KubeRay makes for the RayService
+(<fullname>-head-svc; common/service.go BuildHeadServiceForRayService) selects
+app.kubernetes.io/name=kuberay whatever the pod template says: a name of the chart's there would
+leave that Service, the dashboard's, without endpoints.
+*/}}
+{{- define "macaron.rayPodSelectorLabels" -}}
+macaron.ai/rayservice: {{ include "macaron.fullname" . }}
+{{- end -}}
+
 {{/* The Serve application this chart manages (the profiles' import_path). */}}
 {{- define "macaron.importPath" -}}macaron_ray.serve:build_app{{- end -}}
 
@@ -81,7 +93,7 @@ Empty when no keys are configured and the profile asks for none.
 {{- if or $keys.existingSecret $keys.inline -}}
 {{- default "MACARON_API_KEYS" $profileEnv -}}
 {{- else if $profileEnv -}}
-{{- fail (printf "profile %s reads API keys from %s: set api.keys.existingSecret (a Secret with the comma-separated keys under api.keys.secretKey) or api.keys.inline" .Values.profile $profileEnv) -}}
+{{- fail (printf "profile %s reads API keys from %s: set api.keys.existingSecret (a Secret whose api.keys.secretKey holds the keys file: one `<tenant> sha256:<salt>:<hash>` line per key, as `macaron keys new` prints it) or api.keys.inline" .Values.profile $profileEnv) -}}
 {{- end -}}
 {{- end -}}
 
@@ -101,6 +113,37 @@ var MACARON_STORE_URL (args.store.url_env), which every Ray container takes from
 {{/* The Secret the chart makes for the internal Redis (password and url), unless redis.auth.existingSecret. */}}
 {{- define "macaron.redisAuthSecret" -}}
 {{- .Values.redis.auth.existingSecret | default (printf "%s-redis-auth" (include "macaron.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+The internal Redis's password: the one of the Secret in the cluster (`helm upgrade` keeps it; with
+redis.auth.existingSecret, yours), else, for the Secret the chart makes, a new random one. Made
+once per render and kept in .Values, so the Secret and the checksums below agree on it. Empty when
+the chart cannot know it (an existingSecret and no cluster to read it from: `helm template`).
+*/}}
+{{- define "macaron.redisPassword" -}}
+{{- $auth := .Values.redis.auth -}}
+{{- if not (hasKey $auth "_password") -}}
+{{- $live := lookup "v1" "Secret" .Release.Namespace (include "macaron.redisAuthSecret" .) | default dict -}}
+{{- $password := get ($live.data | default dict) "password" | default "" | b64dec -}}
+{{- if and (not $password) (not $auth.existingSecret) -}}
+{{- $password = randAlphaNum 32 -}}
+{{- end -}}
+{{- $_ := set $auth "_password" $password -}}
+{{- end -}}
+{{- $auth._password -}}
+{{- end -}}
+
+{{/*
+A checksum of the Redis password for the pod templates of Redis and of every Ray group. Pods read
+a Secret only when they start: with a new password, the changed template restarts Redis (its
+StatefulSet) and makes KubeRay start a new Ray cluster, whose pods get the new URL. Empty where the
+password is not known (see macaron.redisPassword) or the store is not the chart's Redis.
+*/}}
+{{- define "macaron.redisAuthChecksum" -}}
+{{- if eq .Values.store.mode "internal" -}}
+{{- with include "macaron.redisPassword" . -}}{{ sha256sum . }}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret the chart makes from store.externalUrl. */}}
@@ -261,18 +304,38 @@ nodeGroups entry, `head` whether it is the head.
 {{- fail (printf "group %s: the object store (%d bytes) does not fit in /dev/shm (%d GiB)" $g.name (int64 $g.object_store_memory_bytes) (int64 $c.shared_memory_gib)) -}}
 {{- end -}}
 {{- $gpus := int64 ($g.num_gpus | default 0) -}}
+{{- /* What KubeRay's cluster hash (utils GenerateHashWithoutReplicasAndWorkersToDelete) leaves out:
+the group's sizes (the autoscaler's to change) and the pods' tolerations. Without them in what it
+hashes, `helm upgrade` of either changes nothing: no in-place update, no new cluster. Replicas stay
+out with the autoscaler on, which owns them. */ -}}
+{{- $unhashed := dict "tolerations" ($o.tolerations | default list) -}}
+{{- range $k, $v := .sizes | default dict -}}
+{{- if not (and (eq $k "replicas") $root.Values.rayService.autoscaling) }}{{ $_ := set $unhashed $k $v }}{{ end -}}
+{{- end -}}
+{{- $redisChecksum := include "macaron.redisAuthChecksum" $root -}}
+{{- $userEnv := list -}}
+{{- range $root.Values.env }}{{ $userEnv = append $userEnv .name }}{{ end -}}
 {{- $keysEnv := include "macaron.apiKeysEnv" $root -}}
 {{- $storeEnv := include "macaron.storeUrlEnv" $root -}}
 {{- $storeRef := include "macaron.storeUrlSecretRef" $root | fromYaml -}}
 metadata:
   labels:
-    {{- include "macaron.selectorLabels" $root | nindent 4 }}
+    {{- include "macaron.rayPodSelectorLabels" $root | nindent 4 }}
+    app.kubernetes.io/instance: {{ $root.Release.Name }}
+    app.kubernetes.io/part-of: macaron-ray
     app.kubernetes.io/component: {{ ternary "ray-head" "ray-worker" .head }}
     macaron.ai/node-type: {{ $g.node_type }}
-  {{- with $o.annotations }}
   annotations:
+    # The group's sizes and tolerations, which KubeRay's cluster hash leaves out: a change of them
+    # rolls out a new cluster (rayService.upgradeStrategy) like any other change of this template.
+    checksum/scaling: {{ toJson $unhashed | sha256sum }}
+    {{- with $redisChecksum }}
+    # The Redis password in MACARON_STORE_URL: a new one rolls out a new cluster, whose pods read it.
+    checksum/redis-auth: {{ . }}
+    {{- end }}
+    {{- with $o.annotations }}
     {{- toYaml . | nindent 4 }}
-  {{- end }}
+    {{- end }}
 spec:
   {{- with $root.Values.image.pullSecrets }}
   imagePullSecrets:
@@ -341,6 +404,13 @@ spec:
         {{- with $root.Values.models.hfHome }}
         - name: HF_HOME
           value: {{ . | quote }}
+        {{- if not (has "HF_HUB_OFFLINE" $userEnv) }}
+        # The cache is mounted read-only and complete: the ingress replicas load the base's
+        # tokenizer from it too (outside the engines' runtime_env, which sets this itself), and a
+        # Hub lookup would stall their start or try to write to it.
+        - name: HF_HUB_OFFLINE
+          value: "1"
+        {{- end }}
         {{- end }}
         {{- with $root.Values.env }}
         {{- toYaml . | nindent 8 }}
