@@ -6,8 +6,9 @@
             └── Prefill:<base>  `PDPrefillServer`, base + all adapters, kv_producer (NIXL)
     or, aggregated:   Answer:<base>  `LLMServer`, base + all adapters
 
-With `router.colocate_with` there is no Router: route hops go to the prefill (or answer)
-deployment, summary hops to the answer deployment (local-cpu: one engine fewer).
+With `router.colocate_with` there is no Router: route hops go to the prefill, decode (its
+engine alone, `chat_local`) or answer deployment, summary hops to the answer deployment
+(local-cpu: one engine fewer).
 Every engine is Ray Serve LLM's `VLLMEngine`, with the executor the profile asks
 for (`macaron_ray.serve.engine`).
 
@@ -53,7 +54,8 @@ class MoLIngress:
         prefill = (self.args.deployment_name("prefill"),) if self.args.disaggregated else ()
         parser = self.args.engine_kwargs_for(self.args.answer_role()).get("tool_call_parser")
         answer_engine = ServeHandleEngine(answer, watch=self.watch, also_needs=prefill, tool_call_parser=parser)
-        route_engine = ServeHandleEngine(router, watch=self.watch,
+        on_decode = self.args.router_role() == "decode"
+        route_engine = ServeHandleEngine(router, watch=self.watch, method="chat_local" if on_decode else "chat",
                                          priority=self.args.schedules_by_priority(self.args.router_role()))
         ingress = self.args.ingress
         lim, out = ingress.limits, ingress.timeouts

@@ -224,12 +224,14 @@ class EngineRole(_Strict):
 
 
 class RouterRole(EngineRole):
-    colocate_with: Literal["prefill", "answer"] | None = None
+    colocate_with: Literal["prefill", "decode", "answer"] | None = None
     """Send route hops to this role's engine (it serves L0 with the other adapters) instead of an
     engine of their own: one engine, and its processes, fewer. On a prefill engine they run as
-    ordinary requests: only the decode server's requests carry KV-transfer parameters. Summary
-    hops then go to the answer deployment (`AppArgs.summary_role`). The router has no engine
-    settings of its own."""
+    ordinary requests: only the decode server's requests carry KV-transfer parameters. On the
+    decode engine they run there alone, without the prefill handoff
+    (`PrefillCachedDecodeServer.chat_local`): a route hop then shares short decode steps with the
+    running answers instead of waiting behind prompt chunks. Summary hops go to the answer
+    deployment (`AppArgs.summary_role`). The router has no engine settings of its own."""
 
 
 class AppArgs(_Strict):

@@ -122,11 +122,13 @@ def sse_payloads(item) -> list[str]:
 
 class ServeHandleEngine:
     def __init__(self, handle, *, watch: ReplicaWatch | None = None, also_needs: tuple[str, ...] = (),
-                 priority: bool = False, tool_call_parser: str | None = None):
+                 priority: bool = False, tool_call_parser: str | None = None, method: str = "chat"):
         """`also_needs`: deployments the handle's own calls go through (the decode server calls
         prefill); while any of them has no running replica, requests fail at once too.
         `priority`: the engine schedules by priority; requests carry theirs.
-        `tool_call_parser`: the engine's; see `OpenAIHTTPEngine`."""
+        `tool_call_parser`: the engine's; see `OpenAIHTTPEngine`.
+        `method`: the deployment's chat method (`chat_local`: the decode engine alone)."""
+        self._method = method
         self._priority = priority
         self._tool_call_parser = tool_call_parser
         self._handle = handle.options(stream=True)
@@ -148,7 +150,7 @@ class ServeHandleEngine:
             raise EngineError(f"the engine's request model refused the request: {type(exc).__name__}",
                               retryable=False, status=400) from exc
         acc = StreamAccumulator(text_calls=text_calls, forced=forced_call(request))
-        answer = self._handle.chat.remote(body)
+        answer = getattr(self._handle, self._method).remote(body)
         finished = False
         try:
             async for item in answer:

@@ -11,6 +11,12 @@ prefill engine's own prefix-cache hits, which the prefill response carries
 reads that figure where the stock orchestrator hands the prefill response to
 the connector backend (`prepare_decode_request`), and writes it into the decode
 stream's usage. Everything else (the handoff, NIXL, LoRA, errors) is Ray's.
+
+It also serves `chat_local`: a request run on the decode engine alone, as a plain
+`LLMServer` would (no prefill handoff), for route hops colocated with decode
+(`router.colocate_with: decode`). A route hop is one short prompt and one token:
+on the decode engine it joins the next step of running answers instead of
+queueing behind other prompts' chunks on the prefill engine.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-from ray.serve.llm.deployment import PDDecodeServer
+from ray.serve.llm.deployment import LLMServer, PDDecodeServer
 
 
 class _PrefillTap:
@@ -51,6 +57,10 @@ class PrefillCachedDecodeServer(PDDecodeServer):
 
     async def chat(self, request, raw_request_info=None):
         return self._chat(request, raw_request_info)
+
+    async def chat_local(self, request, raw_request_info=None):
+        """The request on this engine alone: LLMServer's chat, which PDDecodeServer overrides."""
+        return await LLMServer.chat(self, request, raw_request_info)
 
     async def _chat(self, request, raw_request_info):
         self._prefill_hits[id(request)] = None

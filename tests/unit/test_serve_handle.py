@@ -331,3 +331,36 @@ def test_decode_usage_reports_the_prefill_engines_cache_hits():
     whole = ChatCompletionResponse(id="c", model="m", created=0, choices=[], usage={
         "prompt_tokens": 79, "completion_tokens": 1, "total_tokens": 80, "prompt_tokens_details": {"cached_tokens": 79}})
     assert with_cached_tokens(whole, 0).usage.prompt_tokens_details.cached_tokens == 0
+
+
+class LocalOnlyHandle(FakeHandle):
+    """A decode deployment's handle on which only `chat_local` may be called."""
+
+    @property
+    def chat(self):
+        raise AssertionError("a route hop on the decode engine must not take the prefill handoff")
+
+    @property
+    def chat_local(self):
+        return self
+
+
+def test_route_hops_colocated_with_decode_run_on_the_decode_engine_alone():
+    """`router.colocate_with: decode`: the route hop calls the decode server's `chat_local` (its
+    engine, no prefill handoff) with its priority; answers still take `chat` (prefill, then decode)."""
+    from macaron_ray.serve.pd import PrefillCachedDecodeServer
+
+    profile = load_profile(ROOT / "deployments" / "local-cpu.yaml").model_dump(mode="json")
+    profile["router"] = {"colocate_with": "decode"}
+    profile["decode"]["engine_kwargs"]["scheduling_policy"] = "priority"
+    args = AppArgs.model_validate(profile)
+    assert args.router_role() == "decode" and set(args.roles()) == {"prefill", "decode"}
+    assert args.summary_role() == args.answer_role() == "decode" and args.schedules_by_priority("decode")
+    handle = LocalOnlyHandle([_sse(_delta("L1", "stop")), "data: [DONE]\n\n"])
+    engine = ServeHandleEngine(handle, method="chat_local", priority=True)
+    deltas = asyncio.run(_collect(engine, EngineRequest(adapter="l0", messages=[{"role": "user", "content": "hi"}],
+                                                        max_tokens=1, priority=-1)))
+    assert deltas[0].text == "L1" and handle.bodies[0].priority == -1
+    assert "chat_local" in PrefillCachedDecodeServer.__dict__  # the method the handle calls exists there
+    with pytest.raises(AssertionError, match="prefill handoff"):
+        asyncio.run(_collect(ServeHandleEngine(handle), EngineRequest(adapter="l0", messages=[])))
