@@ -29,7 +29,7 @@ class Conversation:
     the adapter switched off) instead of the message's tokens: for answers the base wrote itself."""
 
 
-def _tool(name: str, description: str, **params: str) -> dict:
+def function_tool(name: str, description: str, **params: str) -> dict:
     return {"type": "function", "function": {
         "name": name, "description": description,
         "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()},
@@ -38,14 +38,14 @@ def _tool(name: str, description: str, **params: str) -> dict:
 
 
 TOOLS: dict[str, dict] = {t["function"]["name"]: t for t in [
-    _tool("book_table", "Reserve a restaurant table.", restaurant="string", people="integer", time="string"),
-    _tool("create_event", "Add an event to the user's calendar.", title="string", day="string", time="string"),
-    _tool("set_reminder", "Remind the user of something.", text="string", when="string"),
-    _tool("send_message", "Send a text message to a contact.", to="string", text="string"),
-    _tool("order_groceries", "Order groceries for delivery.", items="array", day="string"),
-    _tool("book_ride", "Book a taxi ride.", destination="string", time="string"),
-    _tool("book_flight", "Book a one-way flight.", destination="string", day="string"),
-    _tool("pay_bill", "Pay one of the user's bills.", bill="string", before="string"),
+    function_tool("book_table", "Reserve a restaurant table.", restaurant="string", people="integer", time="string"),
+    function_tool("create_event", "Add an event to the user's calendar.", title="string", day="string", time="string"),
+    function_tool("set_reminder", "Remind the user of something.", text="string", when="string"),
+    function_tool("send_message", "Send a text message to a contact.", to="string", text="string"),
+    function_tool("order_groceries", "Order groceries for delivery.", items="array", day="string"),
+    function_tool("book_ride", "Book a taxi ride.", destination="string", time="string"),
+    function_tool("book_flight", "Book a one-way flight.", destination="string", day="string"),
+    function_tool("pay_bill", "Pay one of the user's bills.", bill="string", before="string"),
 ]}
 
 _PEOPLE = ["Anna", "Tom", "Lucia", "Kenji", "Dr. Patel", "Mom", "Omar", "Sofia", "Ben", "Priya"]
@@ -118,7 +118,7 @@ def _agent_tasks(rng: random.Random) -> tuple[str, str, dict, str]:
 
 
 # Messages that need no tool even when tools are offered, with the plain answer (no call).
-_NO_CALL: list[tuple[str, str]] = [
+NO_CALL: list[tuple[str, str]] = [
     ("Thank you so much!", "You're welcome! Tell me whenever you need something else done."),
     ("Great, thanks.", "Happy to help. Anything else?"),
     ("Never mind, I'll do it myself.", "No problem. I'm here if you change your mind."),
@@ -141,7 +141,7 @@ def agent_conversations(n: int, seed: int) -> list[Conversation]:
     out: list[Conversation] = []
     for i in range(n):
         if i % 10 == 9:  # tools offered, none needed
-            text, reply = _NO_CALL[(i // 10) % len(_NO_CALL)]
+            text, reply = NO_CALL[(i // 10) % len(NO_CALL)]
             offered = [TOOLS[t] for t in rng.sample(sorted(TOOLS), rng.randint(1, 3))]
             out.append(Conversation(tools=offered, summary=f"The user said \"{text}\"; the personal agent answered without calling a tool.",
                                     messages=[{"role": "user", "content": text}, {"role": "assistant", "content": reply}]))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from macaron_ray.adapters import answer_data, coding_distill
+from macaron_ray.adapters import agent_data, answer_data, coding_distill, ui_data
 from macaron_ray.adapters.answer_data import Conversation
 from macaron_ray.adapters.manifest import (
     BUILT_DIR, RECIPE_VERSION, AdapterEntry, BaseInfo, Manifest, file_sha256,
@@ -59,6 +59,12 @@ training frames, slot values and wrappers."""
 CHAT_EXAMPLES = 10_000
 """L0's chat examples: all of them (authored and distilled)."""
 
+AGENT_FUNCTION_EXAMPLES = 900
+"""L1's authored functions (`agent_data.SHAPES`): calls, two calls, tool results, no call needed."""
+
+UI_DATA_EXAMPLES = 480
+"""L3's requests that name their data (`ui_data`), eight languages, one in four a form."""
+
 
 def dataset(label: str, seed: int) -> list[Conversation]:
     """The training conversations of one adapter."""
@@ -67,7 +73,10 @@ def dataset(label: str, seed: int) -> list[Conversation]:
                 + answer_data.chat_conversations(CHAT_EXAMPLES, seed)
                 + answer_data.chat_after_notes() + answer_data.summary_conversations(384, seed))
     if label == "L1":
-        return answer_data.with_past_turns(answer_data.agent_conversations(240, seed), label, seed)
+        # The eight assistant tools, and the authored functions of every shape (calls among other
+        # functions, two calls, tool results answered in words), each checked against its schema.
+        convs = answer_data.agent_conversations(240, seed) + agent_data.conversations(AGENT_FUNCTION_EXAMPLES, seed)
+        return answer_data.with_past_turns(convs, label, seed)
     if label == "L2":
         # Python: only answers that passed their task's tests (verified self-distillation); the
         # authored snippets keep the other languages.
@@ -75,7 +84,9 @@ def dataset(label: str, seed: int) -> list[Conversation]:
                     if "```python" not in c.messages[-1]["content"]]
         return coding_distill.conversations() + snippets
     if label == "L3":
-        return answer_data.with_past_turns(answer_data.ui_conversations(160, seed), label, seed)
+        # The component kinds, and requests that name their data (checked: the block carries it).
+        convs = answer_data.ui_conversations(160, seed) + ui_data.conversations(UI_DATA_EXAMPLES, seed)
+        return answer_data.with_past_turns(convs, label, seed)
     raise ValueError(f"unknown label {label!r}")
 
 

@@ -10,6 +10,8 @@ and their checks are `adapters/data/quality.yaml` (never trained on).
                 no network)
     L3 GenUI    the component block parses under `specialists.components` and contains what
                 was asked
+    tool results  after the tool ran (the call, then its result): an answer in words, no new call,
+                that carries the result's values the item names
     summaries   the summary hop on a delivered turn: recall of its names, numbers and dates,
                 length in tokens, loops (and how many the runner would replace by the user
                 message); then the next request, to another specialist whose own-view shows
@@ -34,7 +36,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from macaron_ray.adapters.answer_data import TOOLS
+from macaron_ray.adapters.answer_data import TOOLS, function_tool
 from macaron_ray.adapters.manifest import BUILT_DIR, Manifest
 from macaron_ray.core.conversation import Message, TurnMeta, split_turns
 from macaron_ray.core.own_view import own_view
@@ -43,13 +45,13 @@ from macaron_ray.core.summary_hop import (
 )
 from macaron_ray.core.text import repetition_loop
 from macaron_ray.paths import PACKAGE_DIR
-from macaron_ray.specialists.components import ComponentError, component_block, parse_components
+from macaron_ray.specialists.components import ui_check
 from macaron_ray.specialists.labels import EMBEDDED_ANSWER_SAMPLING
 
 DATA = PACKAGE_DIR / "adapters" / "data" / "quality.yaml"
 BASE = "base"
 """The engine's served name of the base model (no adapter)."""
-MAX_TOKENS = {"chat": 192, "agent": 128, "coding": 320, "ui": 320}
+MAX_TOKENS = {"chat": 192, "agent": 128, "coding": 320, "ui": 320, "tool_results": 96}
 TEST_TIMEOUT_S = 5.0
 CONCURRENCY = 8
 
@@ -58,6 +60,7 @@ TARGETS = {
     "agent": "exact calls >= base",
     "coding": "tests passed >= base",
     "ui": "parse and contains >= base",
+    "tool_results": "answered in words with the result's values >= 90 % and >= base",
     "summaries": "entity recall >= 90 % and >= base, parroting 0",
 }
 
@@ -72,7 +75,7 @@ def held_out_texts() -> set[str]:
     from macaron_ray.adapters.routing_sets import authored, field_set, followups
 
     data = load()
-    texts = [i["ask"] for s in ("chat", "agent", "coding", "ui") for i in data[s]]
+    texts = [i["ask"] for s in ("chat", "agent", "coding", "ui", "tool_results") for i in data[s]]
     texts += [i["user"] for i in data["summaries"]] + [i["next"]["ask"] for i in data["summaries"]]
     texts += [r.text for r in [*field_set("field"), *field_set("field2"), *authored("heldout"),
                                *followups("heldout", 0)]]
@@ -150,22 +153,6 @@ def passes_tests(code: str, tests: str, timeout_s: float = TEST_TIMEOUT_S) -> bo
     return done.returncode == 0
 
 
-def ui_check(answer: str, contains: list[list[str]]) -> tuple[bool, bool]:
-    """(parses, contains every asked-for group): names and attribute values count."""
-    try:
-        elements = parse_components(component_block(answer))
-    except ComponentError:
-        return False, False
-    words: set[str] = set()
-    for element in elements:
-        for c in element.walk():
-            words.add(c.name.casefold())
-            words.update(_normal(str(v)) for v in c.attrs.values() if isinstance(v, str))
-    found = all(any(alt.casefold() in words or any(alt.casefold() in w for w in words) for alt in group)
-                for group in contains)
-    return True, found
-
-
 def entity_recall(summary: str, keep: list[str]) -> float:
     text = summary.casefold()
     return sum(str(k).casefold() in text for k in keep) / max(1, len(keep))
@@ -220,6 +207,26 @@ def complete(client: httpx.Client, base_url: str, model: str, messages: list[dic
     calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")}
              for c in msg.get("tool_calls") or ()]
     return Reply(msg.get("content") or "", calls, data["usage"]["completion_tokens"], choice.get("finish_reason"))
+
+
+def item_tool(item: dict) -> dict:
+    """A tool_results item's function as an OpenAI tool."""
+    t = item["tool"]
+    return function_tool(t["name"], t["description"], **t["params"])
+
+
+def tool_round_trip(item: dict) -> list[dict]:
+    """The request, the agent's call, the tool's result: what the client sends after the tool ran."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": item["tool"]["name"], "arguments": json.dumps(item["call"], ensure_ascii=False)}}
+    return [{"role": "user", "content": item["ask"]},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(item["result"], ensure_ascii=False)}]
+
+
+def uses_result(text: str, calls: list, uses: list[str]) -> bool:
+    """Answered in words (no new call) that carry each of the result's values the item names."""
+    return not calls and bool(text.strip()) and all(str(u).casefold() in text.casefold() for u in uses)
 
 
 def _chat_messages(item: dict, references: dict[str, str]) -> list[dict]:
@@ -318,6 +325,15 @@ class Runner:
                 "samples": [{"ask": i["ask"], "answer": r.text, "parses": p, "contains": c}
                             for i, r, (p, c) in zip(items, replies, checks)]}
 
+    def tool_results(self, items: list[dict]) -> dict:
+        replies = self.many([("L1", tool_round_trip(i), MAX_TOKENS["tool_results"], [item_tool(i)]) for i in items])
+        used = [uses_result(r.text, r.calls, i["uses"]) for r, i in zip(replies, items)]
+        return {"answered_using": sum(used) / len(used),
+                "empty": sum(not r.text.strip() and not r.calls for r in replies) / len(replies),
+                "called_again": sum(bool(r.calls) for r in replies) / len(replies),
+                "samples": [{"ask": i["ask"], "answer": r.text, "calls": r.calls, "ok": u}
+                            for i, r, u in zip(items, replies, used)]}
+
     def summaries(self, items: list[dict]) -> dict:
         # As the runner sends it: the answering specialist's subject begins the summary.
         prompts = [summary_messages(i["user"], _turn(i)[0], i["label"]) for i in items]
@@ -340,7 +356,7 @@ class Runner:
                             for i, s, n, r, p in zip(items, summaries, nexts, recall, parroted)]}
 
 
-SECTIONS = ("chat", "agent", "coding", "ui", "summaries")
+SECTIONS = ("chat", "agent", "coding", "ui", "tool_results", "summaries")
 
 
 def meets(section: str, adapter: dict, base: dict) -> bool:
@@ -353,6 +369,8 @@ def meets(section: str, adapter: dict, base: dict) -> bool:
         return adapter["passed"] >= base["passed"]
     if section == "ui":
         return adapter["parses"] >= base["parses"] and adapter["contains"] >= base["contains"]
+    if section == "tool_results":
+        return adapter["answered_using"] >= max(0.9, base["answered_using"])
     return (adapter["entity_recall"] >= max(0.9, base["entity_recall"]) and adapter["parroting"] == 0)
 
 

@@ -37,6 +37,11 @@ class SpecialistRegistry(BaseModel):
     """The one model name clients see."""
     entry_label: str = "L0"
     """The chat specialist: it routes, summarizes, and is the routing fallback."""
+    tool_label: str | None = "L1"
+    """The specialist that answers a tool result whose call this deployment never stored (a history
+    the client wrote, or another deployment served): the one trained on tool results, since the
+    request's words alone may read as chat. None, or a label not registered while left at its
+    default: route the request's words as for a new turn."""
     specialists: tuple[Specialist, ...]
 
     @model_validator(mode="after")
@@ -46,10 +51,17 @@ class SpecialistRegistry(BaseModel):
             raise ValueError(f"duplicate specialist labels: {labels}")
         if self.entry_label not in labels:
             raise ValueError(f"entry label {self.entry_label!r} is not registered (have {labels})")
+        if "tool_label" in self.model_fields_set and self.tool_label not in (None, *labels):
+            raise ValueError(f"tool label {self.tool_label!r} is not registered (have {labels})")
         ids = [s.adapter_id for s in self.specialists]
         if len(set(ids)) != len(ids):
             raise ValueError("two specialists share an adapter id")
         return self
+
+    @property
+    def tool_result_label(self) -> str | None:
+        """`tool_label` where it is registered."""
+        return self.tool_label if self.tool_label in self.labels else None
 
     @property
     def labels(self) -> tuple[str, ...]:

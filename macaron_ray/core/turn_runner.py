@@ -264,9 +264,10 @@ class TurnRunner:
             meta = await self.store.get_turn(req.tenant, current.key)
             if meta is not None and meta.answer_sha not in (None, sha := _answer_sha(current)):
                 meta = await self.store.get_turn(req.tenant, answer_key(current.key, sha)) or meta
-            if meta is None:
-                meta = staged[current.key] = TurnMeta(label=await self.route(current.user.content or "",
-                                                                             tenant=req.tenant))
+            if meta is None:  # a call this deployment never stored: the tool specialist answers its result
+                label = self.registry.tool_result_label or await self.route(current.user.content or "",
+                                                                             tenant=req.tenant)
+                meta = staged[current.key] = TurnMeta(label=label)
             label = meta.label
             m.stickiness_hits.inc(specialist=label)
         else:

@@ -100,4 +100,25 @@ def component_block(answer: str) -> str:
     return match.group(1) if match else answer
 
 
-__all__ = ["Component", "ComponentError", "GRAMMAR", "component_block", "parse_components"]
+__all__ = ["Component", "ComponentError", "GRAMMAR", "component_block", "parse_components", "ui_check"]
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
+def ui_check(answer: str, contains: list[list[str]]) -> tuple[bool, bool]:
+    """(parses, contains every asked-for group): component names and attribute values (strings and
+    braced expressions: a chart's data) count, each alternative as whole words (\"8\" is not in 82)."""
+    try:
+        elements = parse_components(component_block(answer))
+    except ComponentError:
+        return False, False
+    words: set[str] = set()
+    for element in elements:
+        for c in element.walk():
+            words.add(c.name.casefold())
+            words.update(_words(str(v)) for v in c.attrs.values() if isinstance(v, str))
+    found = all(any(re.search(rf"(?<!\w){re.escape(_words(alt))}(?!\w)", w) for alt in group for w in words)
+                for group in contains)
+    return True, found

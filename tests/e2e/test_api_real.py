@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import anthropic
 import openai
@@ -194,3 +195,132 @@ def test_requests_that_cannot_fit_the_context_get_a_400_before_the_engine(oai, c
     assert messages.value.body["error"]["type"] == "invalid_request_error"
     for err in (huge.value, chat.value, messages.value):
         no_private(json.dumps(err.body), private_names)
+
+
+def test_tool_results_are_answered_in_words_with_their_values_on_all_three_surfaces(oai, claude, private_names):
+    """The authored round trips of `bench quality` (a request, the call, the tool's result), each
+    sent the way its surface's SDK sends a tool result, with a history this deployment never
+    stored (the tool specialist answers): every surface delivers the same answers, and they are
+    words that carry the result's values. Issue 33's target is 90 %; the committed L1 reached
+    83.3 % on each surface (2026-12-07), so this holds it there as a floor (at most four misses
+    of 24) until a retrained L1 meets the target."""
+    from macaron_ray.bench.quality import item_tool, load, tool_round_trip, uses_result
+
+    items = load()["tool_results"]
+    used: dict[str, list[bool]] = {"chat": [], "responses": [], "messages": []}
+    for item in items:
+        tool, result = item_tool(item)["function"], json.dumps(item["result"], ensure_ascii=False)
+        args = json.dumps(item["call"], ensure_ascii=False)
+        chat = oai.chat.completions.create(model=PUBLIC, messages=tool_round_trip(item), tools=[item_tool(item)],
+                                           max_tokens=64)
+        used["chat"].append(uses_result(chat.choices[0].message.content or "", chat.choices[0].message.tool_calls or [],
+                                        item["uses"]))
+        resp = oai.responses.create(model=PUBLIC, max_output_tokens=64, tools=[{"type": "function", **tool}], input=[
+            {"role": "user", "content": item["ask"]},
+            {"type": "function_call", "call_id": "call_1", "name": tool["name"], "arguments": args},
+            {"type": "function_call_output", "call_id": "call_1", "output": result}])
+        used["responses"].append(uses_result(resp.output_text, [o for o in resp.output if o.type == "function_call"],
+                                             item["uses"]))
+        msg = claude.messages.create(model=PUBLIC, max_tokens=64, tools=[{
+            "name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}], messages=[
+            {"role": "user", "content": item["ask"]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": tool["name"],
+                                               "input": item["call"]}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result}]}])
+        used["messages"].append(uses_result("".join(b.text for b in msg.content if b.type == "text"),
+                                            [b for b in msg.content if b.type == "tool_use"], item["uses"]))
+        no_private(chat.model_dump_json() + resp.model_dump_json() + msg.model_dump_json(), private_names)
+    rates = {surface: sum(ok) / len(ok) for surface, ok in used.items()}
+    print(f"answered in words with the result's values ({len(items)} round trips): {rates}")
+    assert used["chat"] == used["responses"] == used["messages"], used  # one answer, three envelopes
+    assert all(rate >= 20 / 24 for rate in rates.values()), rates
+
+
+def _readme_requests() -> list[str]:
+    """The requests of the README's "First requests" section: the curl example's, then the quoted ones."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## First requests", 1)[1].split("\n## ", 1)[0]
+    curl = re.search(r'"content": "([^"]+)"', section).group(1)
+    return [curl, *[" ".join(q.split()) for q in re.findall(r'"([A-Z][^"]+[.?!])"', section.split("```")[-1])]]
+
+
+def test_the_readme_coding_example_returns_code_that_passes_a_test(oai):
+    from macaron_ray.bench.quality import passes_tests, python_code
+
+    ask = _readme_requests()[0]
+    assert ask == "Write a Python function that reverses a string."
+    answer = oai.chat.completions.create(model=PUBLIC, messages=[{"role": "user", "content": ask}],
+                                         max_tokens=200).choices[0].message.content
+    code = python_code(answer or "")
+    assert code and (name := re.search(r"def (\w+)\(", code)), answer
+    assert passes_tests(code, f"assert {name.group(1)}('hello') == 'olleh'\nassert {name.group(1)}('') == ''"), answer
+
+
+BOOK_TOOL = {"type": "function", "function": {
+    "name": "book_table", "description": "Reserve a restaurant table.",
+    "parameters": {"type": "object", "properties": {"restaurant": {"type": "string"}, "people": {"type": "integer"},
+                                                    "time": {"type": "string"}}, "required": ["restaurant"]}}}
+REMIND_TOOL = {"type": "function", "function": {
+    "name": "set_reminder", "description": "Remind the user of something.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}, "when": {"type": "string"}},
+                   "required": ["text", "when"]}}}
+
+
+def _words(answer: str, must: str | None = None) -> bool:
+    from macaron_ray.core.text import repetition_loop
+
+    return (len(answer.split()) >= 3 and "```" not in answer and not repetition_loop(answer)
+            and (must is None or must.casefold() in answer.casefold()))
+
+
+def _code(answer: str, must: str) -> bool:
+    return "```" in answer and must.casefold() in answer.casefold()
+
+
+def _ui(answer: str, contains: list[list[str]]) -> bool:
+    from macaron_ray.specialists.components import ui_check
+
+    return ui_check(answer, contains) == (True, True)
+
+
+# (request, tools, check of the answer text, the call expected or None): the README's requests and
+# a dozen everyday ones, across the four specialists.
+EVERYDAY = [
+    ("Give me three tips to sleep better.", None, lambda a: _words(a), None),
+    ("Book a table for 2 at Sakura at 7pm.", [BOOK_TOOL], None, ("book_table", {"restaurant": "Sakura"})),
+    ("Show my weekly steps as a bar chart: Mon 5000, Tue 7000, Wed 6500.", None,
+     lambda a: _ui(a, [["BarChart"], ["5000"], ["7000"], ["6500"]]), None),
+    ("Hi! How are you today?", None, lambda a: _words(a), None),
+    ("What is the capital of Italy?", None, lambda a: _words(a, "Rome"), None),
+    ("Tell me a joke.", None, lambda a: _words(a), None),
+    ("How do I read a CSV file in Python?", None, lambda a: _code(a, "csv"), None),
+    ("Write a SQL query that counts the orders of each customer.", None, lambda a: _code(a, "count"), None),
+    ("Write a JavaScript function that adds two numbers.", None, lambda a: _code(a, "function"), None),
+    ("Remind me to call mom tomorrow at 6pm.", [REMIND_TOOL], None, ("set_reminder", {})),
+    ("Build a signup form with name and email fields.", None, lambda a: _ui(a, [["Form"], ["name"], ["email"]]), None),
+    ("Make a pie chart of my budget: rent 900, food 300, fun 100.", None,
+     lambda a: _ui(a, [["PieChart"], ["900"], ["300"], ["100"]]), None),
+]
+
+
+def test_the_readme_requests_and_everyday_requests_get_sensible_answers(oai, private_names):
+    readme = _readme_requests()[1:]
+    assert readme and set(readme) <= {ask for ask, *_ in EVERYDAY}, readme
+    failed = []
+    for ask, tools, check, call in EVERYDAY:
+        reply = oai.chat.completions.create(model=PUBLIC, messages=[{"role": "user", "content": ask}],
+                                            max_tokens=200, **({"tools": tools} if tools else {}))
+        message = reply.choices[0].message
+        no_private(reply.model_dump_json(), private_names)
+        if call is not None:
+            calls = message.tool_calls or []
+            ok = len(calls) == 1 and calls[0].function.name == call[0] and all(
+                json.loads(calls[0].function.arguments).get(k) == v for k, v in call[1].items())
+        else:
+            ok = not message.tool_calls and check(message.content or "")
+        print(f"{'ok ' if ok else 'BAD'} {ask!r} -> {message.content!r} {message.tool_calls}")
+        if not ok:
+            failed.append(ask)
+    assert not failed, failed

@@ -84,6 +84,10 @@ def test_ui_check_needs_every_asked_group():
     assert quality.ui_check(answer, [["Form"], ["email"], ["password"]]) == (True, True)
     assert quality.ui_check(answer, [["Form"], ["username"]]) == (True, False)
     assert quality.ui_check("a form with email", [["Form"]]) == (False, False)
+    chart = '```jsx\n<BarChart data={[{ label: "Rent", value: 1200 }, { label: "Fun", value: 82 }]} />\n```'
+    assert quality.ui_check(chart, [["BarChart"], ["rent"], ["1200"], ["82"]]) == (True, True)  # the data counts
+    assert quality.ui_check(chart, [["8"]]) == (True, False)  # whole words: 8 is not in 82
+    assert quality.ui_check(chart, [["food"]]) == (True, False)
 
 
 def test_entity_recall_and_parroting():
@@ -112,6 +116,8 @@ def test_the_next_specialist_sees_the_summary_not_the_turn():
 def test_the_quality_set_is_well_formed():
     data = quality.load()
     assert set(data) == set(quality.SECTIONS)
+    for item in data["tool_results"]:
+        assert all(str(u) in json.dumps(item["result"], ensure_ascii=False) for u in item["uses"]), item
     asks = {i["ask"] for i in data["chat"]}
     for item in data["chat"]:
         assert set(item.get("history") or ()) <= asks  # follow-ups build on items of the set

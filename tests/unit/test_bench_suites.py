@@ -106,6 +106,19 @@ def test_no_training_text_holds_a_suite_request():
     assert leaks([*corpus, planted])
 
 
+def test_no_training_task_or_function_has_a_suite_function_name():
+    """L2's tasks and L1's functions share no name with a HumanEval problem's function or a BFCL
+    function (dots as BFCL sends them): a shared name would be half a leak."""
+    from macaron_ray.adapters import agent_data
+
+    humaneval = {p["entry_point"] for p in suites.humaneval_problems()}
+    assert not {t.name for t in coding_distill.tasks()} & humaneval
+    assert not {row["task"] for row in coding_distill.load()} & humaneval
+    bfcl = {fn["name"].replace(".", "_").casefold() for c in suites.BFCL_CATEGORIES
+            for item in suites.bfcl_items(c) for fn in item.functions}
+    assert not {f.tool_name.casefold() for f in agent_data.functions()} & bfcl
+
+
 def test_the_cli_runs_bfcl_as_base_l0_and_the_agent_on_the_same_requests(monkeypatch, tmp_path):
     import json
 

@@ -173,6 +173,29 @@ def test_tool_results_stick_to_the_caller_without_route_or_summary(setup):
     asyncio.run(scenario())
 
 
+def test_a_tool_result_whose_call_was_never_stored_goes_to_the_tool_specialist(setup, tmp_path):
+    """A history the client wrote (or another deployment served): its words may read as chat
+    ("Is flight LH 455 on time?"), but a tool result is the agent's to answer, without a route hop.
+    With no tool specialist registered, the request's words are routed as for a new turn."""
+    runner, engine, _ = setup
+    call = ToolCall(id="call_1", function=FunctionCall(name="flight_status", arguments="{}"))
+    h = [user("is my flight on time?"), Message(role="assistant", tool_calls=(call,)),
+         Message(role="tool", tool_call_id="call_1", content='{"status": "delayed"}')]
+    engine.router = lambda text: "L0"
+
+    async def scenario():
+        _, final = await run_turn(runner, h, tools=TOOLS)
+        assert final.label == "L1" and engine.of_kind("route") == []
+        without = TurnRunner(registry().model_copy(update={"tool_label": None}), engine,
+                             SQLiteStore(tmp_path / "other.db"))
+        _, final = await run_turn(without, h, tools=TOOLS)
+        assert final.label == "L0" and len(engine.of_kind("route")) == 1
+    asyncio.run(scenario())
+    with pytest.raises(ValueError, match="tool label 'L7' is not registered"):
+        SpecialistRegistry(specialists=registry().specialists, tool_label="L7")
+    assert registry().model_copy(update={"specialists": registry().specialists[:1]}).tool_result_label is None
+
+
 def test_tool_result_for_an_unknown_call_id_is_a_client_error(setup):
     runner, engine, store = setup
     call = ToolCall(id="call_1", function=FunctionCall(name="book_table", arguments="{}"))
