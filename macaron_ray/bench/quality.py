@@ -331,6 +331,7 @@ class Runner:
         return {"answered_using": sum(used) / len(used),
                 "empty": sum(not r.text.strip() and not r.calls for r in replies) / len(replies),
                 "called_again": sum(bool(r.calls) for r in replies) / len(replies),
+                "loops": sum(repetition_loop(r.text) for r in replies) / len(replies),
                 "samples": [{"ask": i["ask"], "answer": r.text, "calls": r.calls, "ok": u}
                             for i, r, u in zip(items, replies, used)]}
 

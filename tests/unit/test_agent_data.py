@@ -86,3 +86,17 @@ def test_a_tool_result_round_trip_is_scored_on_words_that_carry_the_values():
     assert not quality.uses_result("It is delayed.", [], ["14:35"])
     assert not quality.uses_result("14:35", [{"name": "flight_status", "arguments": {}}], ["14:35"])
     assert not quality.uses_result("", [], [])
+
+
+def test_the_tool_results_section_reports_what_every_section_does(monkeypatch):
+    """Each section's row carries `loops` beside its own figures (the e2e tier reads it on every one)."""
+    items = quality.load()["tool_results"][:2]
+    monkeypatch.setattr(quality, "complete", lambda client, url, model, messages, max_tokens, tools=None,
+                        sampling=None: quality.Reply("It leaves at 14:35. It leaves at 14:35.", [], 9, "stop"))
+    runner = quality.Runner("http://engine", {"L1": "agent"})
+    try:
+        row = runner.tool_results(items)
+    finally:
+        runner.close()
+    assert {"answered_using", "empty", "called_again", "loops", "samples"} <= set(row)
+    assert row["answered_using"] == 0.5 and row["empty"] == 0.0 and len(row["samples"]) == 2
