@@ -636,8 +636,13 @@ async def _phase(fault: str, injector: Injector, load: Load, redis: RedisProcess
 APP_NAME = "macaron"
 """The application's name in the profiles' Serve config."""
 
-KV_CHECK_PROMPT = ("Here is my week: Monday gym at 7, Tuesday dentist at 10, Wednesday call with Ana, Thursday "
-                   "rest, Friday dinner with Tom at 8. Which day is the busiest, and why?")
+KV_CHECK_PROMPT = ("Please tell me a few facts about Paris, the capital of France: what river runs through it, "
+                   "which tower is its best known landmark, and which museum holds the Mona Lisa?")
+"""A request whose greedy answer keeps wide margins between tokens: a KV recomputed on the decode
+engine is not bit-exact with the prefill engine's (other batch shapes, CPU bf16), so token equality
+is a fair check only where no near-tie decides the next token. The earlier prompt (a week's plan,
+"which day is the busiest?") was answered token-equal by the agent until its 2026-12-07 retraining,
+then diverged after eleven tokens with the recovery itself working (recomputed: 1)."""
 KV_CHECK_TOKENS = 24
 KV_CHECK_WAIT_S = 60.0
 """Bound on the KV-loss check's wait for the prefill engine to finish the disturbed turn's route hop
