@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from macaron_ray.adapters import ui_data
-from macaron_ray.specialists.components import parse_components, component_block
+from macaron_ray.specialists.components import component_block, parse_components
 
 
 def test_every_answer_parses_and_carries_the_labels_and_numbers_asked_for():
@@ -20,7 +22,7 @@ def test_every_answer_parses_and_carries_the_labels_and_numbers_asked_for():
 
 
 def test_the_check_refuses_a_block_without_the_data():
-    ask, reply, contains = ui_data.chart(ui_data.languages()["en"], __import__("random").Random(3))
+    ask, reply, contains = ui_data.chart(ui_data.languages()["en"], random.Random(3))
     ui_data.check(reply, contains)
     with pytest.raises(AssertionError):
         ui_data.check(reply.replace(contains[1][0], "something"), contains)
